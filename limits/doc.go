@@ -1,0 +1,29 @@
+// Package limits decides how much a sandboxed run may use and holds every run inside one parent
+// cgroup that bounds them all.
+//
+// Invariant: a Set returned by Resolve never exceeds the administrator's ceilings and passes
+// Validate, so a request can tighten its limits or ask for more up to a ceiling, never beyond it.
+// The cgroup side writes into, kills processes of, and removes only cgroups beneath the parent
+// named in ParentConfig; it never touches a cgroup outside that subtree.
+//
+// The package has two halves:
+//
+//   - Pure values: Set, Defaults, Ceilings, Resolve, and the conversions Set.Resources and
+//     Set.Rlimits into runtime-spec values for the oci package. ParseSize and FormatSize serve
+//     the CLI and the notes Resolve returns.
+//   - The cgroup parent (Linux only): DetectMode, EnsureParent, Parent.ChildPath,
+//     Parent.RemoveStale, Parent.RemoveChild and ReadUsage. Libcontainer creates one child cgroup
+//     per run at Parent.ChildPath(id); this package only manages the parent and cleans up what
+//     libcontainer leaves behind, so no cgroup ever has two managers.
+//
+// Typical use by the executor:
+//
+//	set, notes, err := limits.Resolve(cfg.Defaults, cfg.Ceilings, request)
+//	if err != nil { /* bad arguments: errors.Is(err, limits.ErrInvalid) */ }
+//	spec.Linux.Resources = set.Resources()
+//	spec.Linux.CgroupsPath = parent.ChildPath(id)
+//	process.Rlimits = set.Rlimits()
+//	// ... run; then, before destroying the container:
+//	usage, err := limits.ReadUsage(mode, container.State().CgroupPaths)
+//	oom := usage.OOMKills > 0 // never decide OOM from the exit code
+package limits
