@@ -1,0 +1,13 @@
+package oci
+
+import "errors"
+
+// Sentinel errors of package oci. Callers test them with errors.Is.
+var (
+	// ErrInvalidRequest: the request itself is wrong (the caller can fix it).
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrRuntime: the container runtime failed (sandcell or the host is at fault).
+	ErrRuntime = errors.New("container runtime failed")
+	// ErrDestroyed: the container was used after Destroy.
+	ErrDestroyed = errors.New("container already destroyed")
+)

@@ -1,0 +1,123 @@
+package oci_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/opencontainers/runc/libcontainer"
+	_ "github.com/opencontainers/runc/libcontainer/nsenter"
+
+	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rootfs"
+	"github.com/sandcell/sandcell/seccomp"
+)
+
+// Same as cmd/sandcell's init hook: the test binary is the container's init.
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == "init" {
+		libcontainer.Init()
+	}
+}
+
+// requireRoot skips a test that needs root, except in CI (CI=true runs as
+// root), where a missing privilege is a failure and never a silent skip.
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this test needs root, and CI runs as root")
+	}
+	t.Skip("needs root")
+}
+
+// layerRoot returns the built root filesystem of a language from the store
+// that `make layers` fills (SANDCELL_LAYER_DIR). In CI a missing layer fails.
+func layerRoot(t testing.TB, lang string) string {
+	t.Helper()
+	dir := os.Getenv("SANDCELL_LAYER_DIR")
+	if dir == "" {
+		dir = "/var/lib/sandcell/layers"
+	}
+	l, err := rootfs.Lookup(lang)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := (&rootfs.Store{Dir: dir}).Root(l)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("layer %s: %v (make test builds it)", lang, err)
+		}
+		t.Skipf("layer %s: %v", lang, err)
+	}
+	return root
+}
+
+// testEnv is a runtime with its own state dir and parent cgroup, removed
+// when the test ends.
+type testEnv struct {
+	rt       *oci.Libcontainer
+	parent   *limits.Parent
+	stateDir string
+	mode     limits.Mode
+	cgPath   string
+}
+
+func newTestEnv(t testing.TB) *testEnv {
+	t.Helper()
+	requireRoot(t)
+	stateDir, err := os.MkdirTemp("/run", "sandcell-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(stateDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	e := &testEnv{stateDir: stateDir, mode: limits.DetectMode(), cgPath: "/" + filepath.Base(stateDir)}
+	e.parent, err = limits.EnsureParent(limits.ParentConfig{Path: e.cgPath, MemoryBytes: 4 << 30, Pids: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.rt = e.newRuntime(t)
+	t.Cleanup(func() {
+		if err := e.rt.Close(); err != nil {
+			t.Errorf("runtime close: %v", err)
+		}
+		if _, err := e.parent.RemoveStale(func(string) bool { return false }); err != nil {
+			t.Errorf("remove stale cgroups: %v", err)
+		}
+		if err := e.parent.Remove(); err != nil {
+			t.Errorf("remove parent cgroup: %v", err)
+		}
+		os.RemoveAll(stateDir)
+	})
+	return e
+}
+
+func (e *testEnv) newRuntime(t testing.TB) *oci.Libcontainer {
+	t.Helper()
+	filter, err := seccomp.Profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := oci.NewLibcontainer(oci.LibcontainerConfig{
+		StateDir: e.stateDir, Seccomp: filter, Cgroups: e.parent, CgroupMode: e.mode,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// testLimits are the server defaults, resolved.
+func testLimits(t testing.TB, req limits.Set) limits.Set {
+	t.Helper()
+	l, _, err := limits.Resolve(limits.Defaults(), limits.Ceilings(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}

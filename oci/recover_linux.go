@@ -1,0 +1,181 @@
+package oci
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+)
+
+// Recover removes what dead instances left behind: a server killed with -9
+// leaves containers (their processes die with it through the parent-death
+// signal, but not always their cgroups), /work tmpfs mounts, libcontainer
+// state directories and cgroups. An instance is dead when nobody holds the
+// flock on its lock file; live instances (other sandcell servers on the
+// same host) are left alone. It returns the names of the removed containers.
+func (r *Libcontainer) Recover() ([]string, error) {
+	entries, err := os.ReadDir(r.cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
+	}
+	live := map[string]bool{r.instance: true}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == r.instance {
+			continue
+		}
+		dir := filepath.Join(r.cfg.StateDir, e.Name())
+		lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR, 0)
+		if err == nil {
+			if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+				lock.Close()
+				live[e.Name()] = true // another server owns it
+				continue
+			}
+		}
+		ids, err := r.removeInstance(dir)
+		removed = append(removed, ids...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if lock != nil {
+			lock.Close()
+		}
+	}
+	if r.cfg.Cgroups != nil {
+		ids, err := r.cfg.Cgroups.RemoveStale(func(id string) bool {
+			inst, _, _ := strings.Cut(id, "-")
+			return live[inst]
+		})
+		removed = append(removed, ids...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	slices.Sort(removed)
+	removed = slices.Compact(removed)
+	if len(removed) > 0 {
+		r.log.Info("removed leftovers of a dead instance", "containers", len(removed))
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeInstance kills and destroys a dead instance's containers, unmounts
+// its /work mounts and removes its directory.
+func (r *Libcontainer) removeInstance(dir string) ([]string, error) {
+	var ids []string
+	var errs []error
+	stateRoot := filepath.Join(dir, "state")
+	states, _ := os.ReadDir(stateRoot)
+	for _, s := range states {
+		c, err := libcontainer.Load(stateRoot, s.Name())
+		if err != nil {
+			continue // half-created: the directory goes below
+		}
+		_ = c.Signal(unix.SIGKILL)
+		waitStopped(c, 5*time.Second)
+		if err := c.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("destroy stale container %s: %w", s.Name(), err))
+		}
+		ids = append(ids, s.Name())
+	}
+	if err := removeMounted(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return ids, errors.Join(errs...)
+}
+
+// removeMounted unmounts everything below dir and removes it. A mount can
+// still be busy for a moment while the killed container's processes exit,
+// so EBUSY is retried for up to two seconds.
+func removeMounted(dir string) error {
+	var err error
+	for range 40 {
+		if err = unmountUnder(dir); err != nil {
+			return err
+		}
+		if err = os.RemoveAll(dir); !errors.Is(err, unix.EBUSY) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	// /proc/self is the thread-group leader, whose mount namespace may not
+	// be ours: libcontainer enters a container's namespaces on a locked
+	// thread that is never unlocked, and if that was the main thread it
+	// stays there, wedged. This thread is in the host's namespace.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	f, err := os.Open("/proc/thread-self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	prefix := filepath.Clean(dir) + "/"
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if strings.HasPrefix(mp, prefix) {
+			points = append(points, mp)
+		}
+	}
+	slices.Sort(points)
+	slices.Reverse(points)
+	var errs []error
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for space...) of
+// /proc/self/mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			v := (int(s[i+1]-'0')<<6 | int(s[i+2]-'0')<<3 | int(s[i+3]-'0'))
+			b.WriteByte(byte(v))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// waitStopped polls until a container's init is gone (SIGKILL is
+// asynchronous), at most for d.
+func waitStopped(c *libcontainer.Container, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if st, err := c.Status(); err != nil || st == libcontainer.Stopped {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,112 @@
+package oci
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/sandcell/sandcell/limits"
+)
+
+// Request is what to run: one program in one fresh container.
+type Request struct {
+	// Root is the absolute host path of the read-only root filesystem
+	// (a language layer from package rootfs).
+	Root string
+	// Args is the program's argv; Args[0] is resolved inside the container.
+	Args []string
+	// Env holds KEY=VALUE pairs added to the base environment (PATH, HOME,
+	// LANG, TERM=dumb). Nothing of the server's own environment is passed.
+	Env []string
+	// Cwd is the working directory inside the container; default /work.
+	Cwd string
+	// Stdin is the program's standard input. Nil means /dev/null.
+	Stdin []byte
+	// Files are written into /work before the program starts.
+	Files []File
+	// Limits are the run's resolved limits (see limits.Resolve).
+	Limits limits.Set
+}
+
+// File is a file placed in the run's /work directory.
+type File struct {
+	Path string      // relative to /work; no "..", not absolute
+	Data []byte      // content
+	Mode fs.FileMode // permission bits; 0 means 0644
+}
+
+// Size caps on a request, so that a hostile or broken caller gets a clear
+// error instead of an E2BIG from execve deep inside runc init.
+const (
+	maxArgs     = 4096
+	maxEnv      = 512
+	maxArgBytes = 1 << 20 // argv + env together (the kernel allows 2 MiB at 8 MiB stack)
+)
+
+// Validate checks a request before any host resource is touched. Errors wrap
+// ErrInvalidRequest and name the field.
+func (r *Request) Validate() error {
+	if !filepath.IsAbs(r.Root) {
+		return fmt.Errorf("%w: root %q is not an absolute path", ErrInvalidRequest, r.Root)
+	}
+	if len(r.Args) == 0 || r.Args[0] == "" {
+		return fmt.Errorf("%w: no program to run (args is empty)", ErrInvalidRequest)
+	}
+	if len(r.Args) > maxArgs {
+		return fmt.Errorf("%w: %d args, at most %d", ErrInvalidRequest, len(r.Args), maxArgs)
+	}
+	if len(r.Env) > maxEnv {
+		return fmt.Errorf("%w: %d environment variables, at most %d", ErrInvalidRequest, len(r.Env), maxEnv)
+	}
+	total := 0
+	for _, a := range r.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("%w: an argument contains a NUL byte", ErrInvalidRequest)
+		}
+		total += len(a) + 1
+	}
+	for _, kv := range r.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.IndexByte(kv, 0) >= 0 {
+			return fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrInvalidRequest, truncate(kv, 40))
+		}
+		total += len(kv) + 1
+	}
+	if total > maxArgBytes {
+		return fmt.Errorf("%w: args and environment take %d bytes, at most %d", ErrInvalidRequest, total, maxArgBytes)
+	}
+	if r.Cwd != "" && !path.IsAbs(r.Cwd) {
+		return fmt.Errorf("%w: working directory %q is not absolute", ErrInvalidRequest, r.Cwd)
+	}
+	var size int64
+	for _, f := range r.Files {
+		if err := checkRelPath(f.Path); err != nil {
+			return err
+		}
+		size += int64(len(f.Data))
+	}
+	if r.Limits.TmpfsBytes > 0 && size > r.Limits.TmpfsBytes {
+		return fmt.Errorf("%w: files take %d bytes, more than the %d-byte /work space", ErrInvalidRequest, size, r.Limits.TmpfsBytes)
+	}
+	return r.Limits.Validate()
+}
+
+// checkRelPath accepts only clean relative paths that stay inside /work.
+// Writing is done through os.Root as well; this gives the caller a clear
+// error instead of a refused write.
+func checkRelPath(unsafePath string) error {
+	if unsafePath == "" || path.IsAbs(unsafePath) || strings.IndexByte(unsafePath, 0) >= 0 ||
+		path.Clean(unsafePath) != unsafePath || unsafePath == ".." || strings.HasPrefix(unsafePath, "../") {
+		return fmt.Errorf("%w: file path %q must be a clean relative path inside /work", ErrInvalidRequest, truncate(unsafePath, 80))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

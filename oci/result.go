@@ -1,0 +1,49 @@
+package oci
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Status is the verdict of one run. Exactly one applies; see Result.
+type Status string
+
+// The statuses, in the order the verdict checks them: what sandcell itself
+// stopped the run for comes first, then what the kernel did, then the exit.
+const (
+	StatusOK            Status = "ok"             // exited 0 and no limit was hit
+	StatusError         Status = "error"          // exited non-zero, or died of a signal it caused itself
+	StatusTimeout       Status = "timeout"        // the wall-clock or CPU-time limit ended it
+	StatusMemoryLimit   Status = "memory_limit"   // the cgroup OOM-killed a process of the run
+	StatusOutputLimit   Status = "output_limit"   // a stream passed its cap; the run was killed then
+	StatusCancelled     Status = "cancelled"      // the caller stopped it
+	StatusInternalError Status = "internal_error" // sandcell failed; Message says what and how to fix it
+)
+
+// Result is what one run did. Its JSON field names are part of sandcell's
+// interface: the CLI's --json, MCP structuredContent and batch output all
+// use them unchanged.
+type Result struct {
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	ExitCode        int    `json:"exit_code"`
+	Signal          string `json:"signal"`
+	Status          Status `json:"status"`
+	ExecutionTimeMS int64  `json:"execution_time_ms"`
+	CPUTimeMS       int64  `json:"cpu_time_ms"`
+	MemoryPeakBytes int64  `json:"memory_peak_bytes"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	// Message explains a status other than ok and error in one sentence
+	// (which limit, or what failed inside sandcell and how to fix it).
+	Message string `json:"message,omitempty"`
+}
+
+// cleanText turns program output into valid UTF-8: invalid bytes become
+// U+FFFD. The output is untrusted; callers still mark it as such.
+func cleanText(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}

@@ -1,0 +1,153 @@
+package oci
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Identity inside every sandbox: the program runs as this uid/gid, which is
+// not root even inside the container's user namespace.
+const (
+	SandboxUID = 1000
+	SandboxGID = 1000
+	// idMapSize container ids (0..65535) are mapped onto an unprivileged host
+	// range starting at Host.UIDBase, so even a kernel bug that breaks out of
+	// the namespaces lands as a nobody on the host.
+	idMapSize = 65536
+	hostname  = "sandcell"
+	workDir   = "/work"
+)
+
+// baseEnv is the whole environment a program starts with, before the
+// request's own entries: an allowlist, never the server's environment.
+var baseEnv = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=" + workDir,
+	"LANG=C.UTF-8",
+	"TERM=dumb",
+}
+
+// maskedPaths hide kernel information that leaks host state or helps an
+// attack (Docker's list, moby/oci/defaults.go): /proc/kcore is host memory,
+// /proc/timer_list and /proc/sched_debug leak other processes' timers and
+// tasks (KASLR and side-channel aids), /proc/keys the keyrings, /sys/firmware
+// the firmware tables (ACPI, EFI variables).
+var maskedPaths = []string{
+	"/proc/acpi",
+	"/proc/asound",
+	"/proc/interrupts",
+	"/proc/kcore",
+	"/proc/keys",
+	"/proc/latency_stats",
+	"/proc/sched_debug",
+	"/proc/scsi",
+	"/proc/timer_list",
+	"/proc/timer_stats",
+	"/sys/devices/virtual/powercap",
+	"/sys/firmware",
+}
+
+// readonlyPaths stay visible but cannot be written: /proc/sys (kernel
+// tunables, core_pattern: the classic container escape through
+// /proc/sys/kernel/core_pattern), /proc/sysrq-trigger (reboot/crash the host),
+// /proc/irq and /proc/bus (hardware), /proc/fs.
+var readonlyPaths = []string{
+	"/proc/bus",
+	"/proc/fs",
+	"/proc/irq",
+	"/proc/sys",
+	"/proc/sysrq-trigger",
+}
+
+// Host is the host side of one run: what the runtime prepared for it.
+type Host struct {
+	// WorkDir is the host directory bind-mounted at /work (a size-capped
+	// tmpfs the runtime mounted for this run, or a session's workspace).
+	WorkDir string
+	// CgroupsPath is the run's cgroup ("/sandcell/<id>"), or empty when the
+	// host gives sandcell no cgroups (rootless without delegation).
+	CgroupsPath string
+	// UIDBase is the first host uid (and gid) of the container's id range.
+	UIDBase uint32
+	// Seccomp is the filter every run gets. It must not be nil.
+	Seccomp *specs.LinuxSeccomp
+}
+
+// Spec builds the runtime-spec for one run. It is pure: the same request and
+// host side give the same spec, which is what the golden test checks and what
+// WriteBundle writes for the runc and runsc CLIs.
+func Spec(req *Request, h Host) (*specs.Spec, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if h.Seccomp == nil {
+		return nil, fmt.Errorf("%w: no seccomp filter: every run needs one", ErrInvalidRequest)
+	}
+	if !filepath.IsAbs(h.WorkDir) {
+		return nil, fmt.Errorf("%w: work dir %q is not absolute", ErrInvalidRequest, h.WorkDir)
+	}
+	l := req.Limits
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = workDir
+	}
+	env := make([]string, 0, len(baseEnv)+len(req.Env))
+	env = append(append(env, baseEnv...), req.Env...)
+	tmpfsSize := "size=" + strconv.FormatInt(l.TmpfsBytes, 10)
+	yes := true
+	oomScore := 1000 // under host memory pressure, the kernel kills a sandbox first
+
+	s := &specs.Spec{
+		Version:  specs.Version,
+		Hostname: hostname,
+		Root:     &specs.Root{Path: req.Root, Readonly: true},
+		Process: &specs.Process{
+			Args: append([]string(nil), req.Args...),
+			Env:  env,
+			Cwd:  cwd,
+			User: specs.User{UID: SandboxUID, GID: SandboxGID},
+			// No capabilities at all, in every set.
+			Capabilities:    &specs.LinuxCapabilities{},
+			NoNewPrivileges: yes,
+			Rlimits:         l.Rlimits(),
+			OOMScoreAdj:     &oomScore,
+		},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", tmpfsSize}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmpfsSize}},
+			{Destination: workDir, Type: "bind", Source: h.WorkDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace},
+				{Type: specs.NetworkNamespace}, // loopback only: libcontainer brings up lo and nothing else
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace},
+				{Type: specs.UserNamespace},
+				// Without a cgroup namespace /proc/self/cgroup shows host paths.
+				{Type: specs.CgroupNamespace},
+			},
+			UIDMappings:   []specs.LinuxIDMapping{{ContainerID: 0, HostID: h.UIDBase, Size: idMapSize}},
+			GIDMappings:   []specs.LinuxIDMapping{{ContainerID: 0, HostID: h.UIDBase, Size: idMapSize}},
+			Resources:     l.Resources(),
+			CgroupsPath:   h.CgroupsPath,
+			Seccomp:       h.Seccomp,
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+		},
+	}
+	if s.Linux.Resources == nil {
+		s.Linux.Resources = &specs.LinuxResources{}
+	}
+	// Only the harmless character devices (specconv adds null, zero, full,
+	// random, urandom, tty); everything else is denied by the device cgroup.
+	s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}
+	return s, nil
+}

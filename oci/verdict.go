@@ -1,0 +1,64 @@
+package oci
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/limits"
+)
+
+// stopReason is why sandcell itself ended a run, if it did.
+type stopReason int
+
+const (
+	stopNone stopReason = iota
+	stopTimeout
+	stopOutput
+	stopCancelled
+)
+
+// exitInfo is how the program's init process ended.
+type exitInfo struct {
+	code   int            // exit status, when it exited
+	signal syscall.Signal // the signal that killed it, or 0
+}
+
+// verdict decides the status of a finished run. Order matters: what sandcell
+// did (cancel, output cap, wall clock) is known for certain and comes first;
+// then the cgroup's OOM counter, never the exit code, because a memory hog
+// under `sh` can be OOM-killed while `sh` itself exits 0; then the CPU-time
+// rlimit (SIGXCPU at the soft limit, SIGKILL at the hard one); then the exit.
+func verdict(e exitInfo, stop stopReason, u limits.Usage, l limits.Set) (Status, string) {
+	switch stop {
+	case stopCancelled:
+		return StatusCancelled, "the run was cancelled by the caller"
+	case stopOutput:
+		return StatusOutputLimit, fmt.Sprintf("output passed the %s per-stream limit; the run was killed", limits.FormatSize(l.OutputBytes))
+	case stopTimeout:
+		return StatusTimeout, fmt.Sprintf("wall-clock limit of %s reached; the run was killed", l.Timeout)
+	}
+	if u.OOMKills > 0 {
+		return StatusMemoryLimit, fmt.Sprintf("memory limit of %s reached: the kernel killed %d process(es)", limits.FormatSize(l.MemoryBytes), u.OOMKills)
+	}
+	if e.signal == unix.SIGXCPU || (e.signal == unix.SIGKILL && l.CPUTime > 0 && u.CPUTime >= l.CPUTime) {
+		return StatusTimeout, fmt.Sprintf("CPU-time limit of %s reached", l.CPUTime.Round(time.Millisecond))
+	}
+	if e.signal == 0 && e.code == 0 {
+		return StatusOK, ""
+	}
+	return StatusError, ""
+}
+
+// signalName gives the conventional name of a signal ("SIGKILL"), or "".
+func signalName(s syscall.Signal) string {
+	if s == 0 {
+		return ""
+	}
+	if n := unix.SignalName(s); n != "" {
+		return n
+	}
+	return fmt.Sprintf("SIG%d", int(s))
+}

@@ -1,0 +1,82 @@
+package oci
+
+import (
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandcell/sandcell/limits"
+)
+
+func TestVerdict(t *testing.T) {
+	l := limits.Defaults()
+	for _, tc := range []struct {
+		name string
+		e    exitInfo
+		stop stopReason
+		u    limits.Usage
+		want Status
+	}{
+		{"clean exit", exitInfo{code: 0}, stopNone, limits.Usage{}, StatusOK},
+		{"non-zero exit", exitInfo{code: 3}, stopNone, limits.Usage{}, StatusError},
+		{"own signal", exitInfo{code: 139, signal: syscall.SIGSEGV}, stopNone, limits.Usage{}, StatusError},
+		{"oom under a shell that exits 0", exitInfo{code: 0}, stopNone, limits.Usage{OOMKills: 1}, StatusMemoryLimit},
+		{"oom of init", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{OOMKills: 1}, StatusMemoryLimit},
+		{"wall clock", exitInfo{code: 137, signal: syscall.SIGKILL}, stopTimeout, limits.Usage{}, StatusTimeout},
+		{"cpu soft limit", exitInfo{code: 152, signal: syscall.SIGXCPU}, stopNone, limits.Usage{}, StatusTimeout},
+		{"cpu hard limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: l.CPUTime + time.Millisecond}, StatusTimeout},
+		{"sigkill below cpu limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: time.Millisecond}, StatusError},
+		{"output cap beats oom", exitInfo{signal: syscall.SIGKILL}, stopOutput, limits.Usage{OOMKills: 1}, StatusOutputLimit},
+		{"cancel beats everything", exitInfo{signal: syscall.SIGKILL}, stopCancelled, limits.Usage{OOMKills: 1}, StatusCancelled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, msg := verdict(tc.e, tc.stop, tc.u, l)
+			if got != tc.want {
+				t.Errorf("verdict(%+v, %v, %+v) = %s, want %s", tc.e, tc.stop, tc.u, got, tc.want)
+			}
+			if (got != StatusOK && got != StatusError) && msg == "" {
+				t.Errorf("status %s without a message", got)
+			}
+		})
+	}
+}
+
+func TestCaptureCapsAndSignals(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	overs := 0
+	c := startCapture(r, 10, func() { overs++ })
+	w.Write([]byte("0123456789")) // exactly the cap: not over
+	w.Write([]byte("abc"))
+	w.Write([]byte("def"))
+	w.Close()
+	b, trunc := c.wait()
+	if string(b) != "0123456789" || !trunc || overs != 1 {
+		t.Errorf("got %q truncated=%v overs=%d, want the first 10 bytes, truncated, one call", b, trunc, overs)
+	}
+
+	r, w, _ = os.Pipe()
+	c = startCapture(r, 10, func() { t.Error("over called for output within the cap") })
+	w.Write([]byte("0123456789"))
+	w.Close()
+	if b, trunc := c.wait(); string(b) != "0123456789" || trunc {
+		t.Errorf("got %q truncated=%v at exactly the cap", b, trunc)
+	}
+}
+
+func TestCleanText(t *testing.T) {
+	for in, want := range map[string]string{"ok": "ok", "a\xffb": "a\uFFFDb", "": "", "\xc3": "\uFFFD"} {
+		if got := cleanText([]byte(in)); got != want {
+			t.Errorf("cleanText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestUnescapeMountinfo(t *testing.T) {
+	if got := unescapeMountinfo(`/run/a\040b`); got != "/run/a b" {
+		t.Errorf("unescapeMountinfo = %q", got)
+	}
+}
