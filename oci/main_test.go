@@ -5,9 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/opencontainers/runc/libcontainer"
-	_ "github.com/opencontainers/runc/libcontainer/nsenter"
-
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
@@ -16,9 +13,7 @@ import (
 
 // Same as cmd/sandcell's init hook: the test binary is the container's init.
 func init() {
-	if len(os.Args) > 1 && os.Args[1] == "init" {
-		libcontainer.Init()
-	}
+	oci.Init()
 }
 
 // requireRoot skips a test that needs root, except in CI (CI=true runs as

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// cli runs the CLI in-process with a private state dir and cgroup parent
+// and returns its exit status, stdout and stderr.
+func cli(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	state := testState(t)
+	layers := os.Getenv("SANDCELL_LAYER_DIR")
+	if layers == "" {
+		layers = "/var/lib/sandcell/layers"
+	}
+	global := []string{"--state-dir", state, "--layer-dir", layers, "--cgroup-parent", "/" + filepath.Base(state)}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append(global, args...), strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// testState makes a state dir that the sandbox's mapped root can traverse
+// and removes it, and the test's cgroup parent, afterwards.
+func testState(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("this test needs root, and CI runs as root")
+		}
+		t.Skip("needs root")
+	}
+	dir, err := os.MkdirTemp("/run", "sandcell-cli-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711)
+	t.Cleanup(func() {
+		os.RemoveAll(dir)
+		for _, d := range mustGlob("/sys/fs/cgroup/*/" + filepath.Base(dir)) {
+			os.Remove(d)
+		}
+	})
+	return dir
+}
+
+func mustGlob(p string) []string {
+	m, _ := filepath.Glob(p)
+	return m
+}
+
+func TestRunMirrorsExitStatusAndStreams(t *testing.T) {
+	code, out, errOut := cli(t, "", "run", "--lang", "sh", "--code", "echo out; echo err >&2; exit 7")
+	if code != 7 || out != "out\n" || !strings.HasPrefix(errOut, "err\n") {
+		t.Errorf("got exit %d stdout %q stderr %q, want 7, out, err", code, out, errOut)
+	}
+}
+
+func TestRunJSONHasTheFixedFields(t *testing.T) {
+	code, out, errOut := cli(t, "hi\n", "run", "--lang", "py", "--stdin", "-", "--json", "--code", "import sys; print(sys.stdin.read().upper(), end='')")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("--json output is not JSON: %v\n%s", err, out)
+	}
+	for _, f := range []string{"stdout", "stderr", "exit_code", "signal", "status", "execution_time_ms", "cpu_time_ms", "memory_peak_bytes", "stdout_truncated", "stderr_truncated"} {
+		if _, ok := res[f]; !ok {
+			t.Errorf("result has no %q field", f)
+		}
+	}
+	if res["stdout"] != "HI\n" || res["status"] != "ok" {
+		t.Errorf("stdout %v status %v, want HI and ok", res["stdout"], res["status"])
+	}
+}
+
+func TestRunFileWithFlagsAfterIt(t *testing.T) {
+	prog := filepath.Join(t.TempDir(), "p.py")
+	os.WriteFile(prog, []byte("while True: pass\n"), 0o644)
+	code, _, errOut := cli(t, "", "run", "--lang", "python", prog, "--timeout", "1s")
+	if code != 137 || !strings.Contains(errOut, "sandcell: timeout:") {
+		t.Errorf("got exit %d stderr %q, want 137 and a timeout line", code, errOut)
+	}
+}
+
+func TestRunFailures(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "big.py")
+	os.WriteFile(big, bytes.Repeat([]byte("#"), maxSourceBytes+1), 0o644)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown language", []string{"run", "--lang", "cobol", "--code", "x"}, exitInternal, "unknown language"},
+		{"code and file", []string{"run", "--lang", "sh", "--code", "x", "f.sh"}, 2, "either --code or FILE"},
+		{"no program", []string{"run", "--lang", "sh"}, 2, "--code STRING or as one FILE"},
+		{"oversized source", []string{"run", "--lang", "python", big}, exitInternal, "larger than"},
+		{"bad memory", []string{"run", "--lang", "sh", "--memory", "lots", "--code", "x"}, 2, "memory"},
+		{"negative pids", []string{"run", "--lang", "sh", "--pids", "-1", "--code", "x"}, exitInternal, "pids"},
+		{"bad env", []string{"run", "--lang", "sh", "--env", "NOVALUE", "--code", "x"}, exitInternal, "KEY=VALUE"},
+		{"unknown command", []string{"fly"}, 2, "unknown command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := cli(t, "", tc.args...)
+			if code != tc.code || !strings.Contains(errOut, tc.want) {
+				t.Errorf("got exit %d stderr %q, want %d and %q", code, errOut, tc.code, tc.want)
+			}
+			if tc.code == exitInternal && strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+				t.Errorf("want a one-line reason, got %q", errOut)
+			}
+		})
+	}
+}
+
+func TestDoctorJSON(t *testing.T) {
+	code, out, _ := cli(t, "", "doctor", "--json")
+	var rep struct {
+		OK     bool
+		Checks []check
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	names := map[string]bool{}
+	for _, c := range rep.Checks {
+		names[c.Name] = true
+		if !c.OK && c.Fix == "" {
+			t.Errorf("check %s fails without a fix", c.Name)
+		}
+	}
+	for _, want := range []string{"cgroups", "user namespaces", "seccomp", "overlayfs", "runsc", "layer sh"} {
+		if !names[want] {
+			t.Errorf("doctor does not check %s", want)
+		}
+	}
+	if (code == 0) != rep.OK {
+		t.Errorf("exit %d but ok=%v", code, rep.OK)
+	}
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rootfs"
+)
+
+// check is one line of the doctor's report.
+type check struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Required bool   `json:"required"`
+	Detail   string `json:"detail"`
+	Fix      string `json:"fix,omitempty"` // the command that fixes it
+}
+
+// cmdDoctor: sandcell doctor [--json] reports what the host supports and,
+// for each missing piece, the command that fixes it. Exit 1 when a required
+// piece is missing.
+func cmdDoctor(ctx context.Context, env *cliEnv, args []string) int {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	checks := doctorChecks(ctx, env.cfg)
+	failed := false
+	for _, c := range checks {
+		if c.Required && !c.OK {
+			failed = true
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(map[string]any{"ok": !failed, "checks": checks})
+	} else {
+		for _, c := range checks {
+			mark := "ok  "
+			switch {
+			case !c.OK && c.Required:
+				mark = "FAIL"
+			case !c.OK:
+				mark = "warn"
+			}
+			fmt.Fprintf(env.stdout, "%s  %-16s %s\n", mark, c.Name, c.Detail)
+			if !c.OK && c.Fix != "" {
+				fmt.Fprintf(env.stdout, "      %-16s fix: %s\n", "", c.Fix)
+			}
+		}
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+func doctorChecks(ctx context.Context, cfg Config) []check {
+	var cs []check
+	root := os.Geteuid() == 0
+	cs = append(cs, check{Name: "privileges", Required: true, OK: root,
+		Detail: fmt.Sprintf("euid %d", os.Geteuid()), Fix: "run sandcell as root (rootless mode is not built yet)"})
+
+	mode := limits.DetectMode()
+	cg := check{Name: "cgroups", Required: true, OK: mode != limits.Unavailable, Detail: "mode " + mode.String()}
+	if missing := missingControllers(mode); len(missing) > 0 {
+		cg.OK = false
+		cg.Detail += "; missing controllers: " + strings.Join(missing, ", ")
+		cg.Fix = "enable the memory, pids and cpu controllers (kernel cmdline cgroup_enable=memory, or systemd Delegate=yes)"
+	} else if cg.OK {
+		cg.Detail += "; memory, pids, cpu present"
+	}
+	cs = append(cs, cg)
+
+	userns := readTrim("/proc/sys/user/max_user_namespaces")
+	cs = append(cs, check{Name: "user namespaces", Required: true, OK: userns != "" && userns != "0",
+		Detail: "max_user_namespaces=" + userns, Fix: "sysctl -w user.max_user_namespaces=15000"})
+
+	ok, ver := oci.SeccompSupport()
+	sc := check{Name: "seccomp", Required: true, OK: ok && kernelHasSeccomp(), Detail: "libseccomp " + ver}
+	if !ok {
+		sc.Detail = "this binary was built without seccomp support"
+		sc.Fix = "apt-get install libseccomp-dev && make build   (cgo with -tags seccomp)"
+	}
+	cs = append(cs, sc)
+
+	fsys, _ := os.ReadFile("/proc/filesystems")
+	cs = append(cs, check{Name: "overlayfs", Required: false, OK: strings.Contains(string(fsys), "\toverlay\n"),
+		Detail: "for shared read-only layers", Fix: "modprobe overlay"})
+
+	runsc := check{Name: "runsc", Required: false, Detail: "gVisor isolation (optional)", Fix: "apt-get install runsc"}
+	if p, err := exec.LookPath("runsc"); err == nil {
+		runsc.OK = true
+		runsc.Detail = p + " " + commandVersion(ctx, p, "--version")
+	}
+	cs = append(cs, runsc)
+
+	mm := check{Name: "mmdebstrap", Required: false, Detail: "builds language layers from Debian packages", Fix: "apt-get install mmdebstrap"}
+	if p, err := exec.LookPath("mmdebstrap"); err == nil {
+		mm.OK, mm.Detail = true, p
+	}
+	cs = append(cs, mm)
+
+	store := &rootfs.Store{Dir: cfg.LayerDir}
+	for _, l := range rootfs.Languages() {
+		c := check{Name: "layer " + l.Name, Required: false, OK: true, Detail: "built in " + cfg.LayerDir}
+		if _, err := store.Root(l); err != nil {
+			c.OK, c.Detail, c.Fix = false, "not built", "sandcell build "+l.Name
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// missingControllers lists the controllers sandcell needs that the host
+// lacks.
+func missingControllers(mode limits.Mode) []string {
+	var missing []string
+	switch mode {
+	case limits.Unified:
+		have := " " + readTrim("/sys/fs/cgroup/cgroup.controllers") + " "
+		for _, c := range []string{"memory", "pids", "cpu"} {
+			if !strings.Contains(have, " "+c+" ") {
+				missing = append(missing, c)
+			}
+		}
+	case limits.Legacy, limits.Hybrid:
+		for _, c := range []string{"memory", "pids", "cpu", "cpuacct"} {
+			if _, err := os.Stat("/sys/fs/cgroup/" + c); err != nil {
+				missing = append(missing, c)
+			}
+		}
+	}
+	return missing
+}
+
+func kernelHasSeccomp() bool {
+	b, _ := os.ReadFile("/proc/self/status")
+	return strings.Contains(string(b), "\nSeccomp:")
+}
+
+func readTrim(path string) string {
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b))
+}
+
+// commandVersion runs "path args..." for at most 5 s and returns its first
+// output line.
+func commandVersion(ctx context.Context, path string, args ...string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, args...).CombinedOutput()
+	if err != nil {
+		return "(version unknown: " + err.Error() + ")"
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
