@@ -330,6 +330,7 @@ type lcContainer struct {
 	stderr *capture
 
 	started time.Time
+	cpuBase time.Duration   // cgroup CPU time used before the program ran
 	stop    chan stopReason // the first reason to stop wins
 
 	exited  chan struct{} // closed when the init process has been reaped
@@ -364,6 +365,9 @@ func (c *lcContainer) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// The cgroup has already counted init's own set-up; the result
+	// reports the program's CPU time only.
+	c.cpuBase = c.usage().CPUTime
 	c.started = time.Now()
 	if err := c.lc.Exec(); err != nil {
 		return fmt.Errorf("%w: start program: %w", ErrRuntime, err)
@@ -417,6 +421,7 @@ func (c *lcContainer) Wait(ctx context.Context) Result {
 	}
 
 	usage := c.usage()
+	usage.CPUTime = max(usage.CPUTime-c.cpuBase, 0)
 	if c.waitErr != nil && c.state == nil {
 		return internalError(fmt.Errorf("%w: wait for container %s: %w", ErrRuntime, c.id, c.waitErr))
 	}

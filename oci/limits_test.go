@@ -165,3 +165,26 @@ func hostTasks(t testing.TB) int {
 	}
 	return n
 }
+
+// A CPU quota of half a CPU lets a busy loop use about half of the wall
+// clock; the cgroup's counter shows it.
+func TestCPUQuota(t *testing.T) {
+	e := newTestEnv(t)
+	res := e.run(t, "python", "while True:\n    pass\n", limits.Set{CPUs: 0.5, Timeout: 2 * time.Second})
+	if res.Status != oci.StatusTimeout {
+		t.Fatalf("status %s, want timeout", res.Status)
+	}
+	ratio := float64(res.CPUTimeMS) / float64(res.ExecutionTimeMS)
+	if ratio < 0.3 || ratio > 0.7 {
+		t.Errorf("cpu %d ms in %d ms wall (%.2f), want about 0.5 under a 0.5 CPU quota", res.CPUTimeMS, res.ExecutionTimeMS, ratio)
+	}
+}
+
+func TestOpenFilesLimit(t *testing.T) {
+	e := newTestEnv(t)
+	src := "import errno\nfs = []\ntry:\n    while True:\n        fs.append(open('/dev/null'))\nexcept OSError as e:\n    print(errno.errorcode[e.errno], len(fs) + 3)\n"
+	res := e.run(t, "python", src, limits.Set{OpenFiles: 64})
+	if strings.TrimSpace(res.Stdout) != "EMFILE 64" {
+		t.Errorf("stdout %q (status %s), want EMFILE after 64 open files", res.Stdout, res.Status)
+	}
+}
