@@ -12,37 +12,21 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandcell/sandcell/internal/testutil"
 )
 
 // Root tests create real cgroups, each under a unique test-only parent "/sandcell-test-<pid>"
 // removed in t.Cleanup. They never write into a cgroup they did not create, and signal only
 // processes they started themselves.
 
-// requireRoot skips a test that needs root, except in CI (CI=true), which runs as root: there a
-// missing privilege is a failure, never a silent skip.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root, and CI=true: root tests must run in CI")
-	}
-	t.Skip("needs root")
-}
-
 // realParent creates a test parent on the host's cgroups and removes it, with whatever children
 // the test left, at cleanup.
 func realParent(t *testing.T, cfg ParentConfig) (*Parent, Mode) {
 	t.Helper()
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	mode := DetectMode()
-	if mode == Unavailable {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("no cgroup filesystem, and CI=true")
-		}
-		t.Skip("no cgroup filesystem")
-	}
+	testutil.Require(t, mode != Unavailable, "no cgroup filesystem")
 	cfg.Path = fmt.Sprintf("/sandcell-test-%d", os.Getpid())
 	cfg.Logger = testLogger(t)
 	p, err := EnsureParent(cfg)

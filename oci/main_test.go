@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sandcell/sandcell/internal/testutil"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
@@ -14,19 +15,6 @@ import (
 // Same as cmd/sandcell's init hook: the test binary is the container's init.
 func init() {
 	oci.Init()
-}
-
-// requireRoot skips a test that needs root, except in CI (CI=true runs as
-// root), where a missing privilege is a failure and never a silent skip.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root, and CI runs as root")
-	}
-	t.Skip("needs root")
 }
 
 // layerRoot returns the built root filesystem of a language from the store
@@ -42,12 +30,7 @@ func layerRoot(t testing.TB, lang string) string {
 		t.Fatal(err)
 	}
 	root, err := (&rootfs.Store{Dir: dir}).Root(l)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("layer %s: %v (make test builds it)", lang, err)
-		}
-		t.Skipf("layer %s: %v", lang, err)
-	}
+	testutil.Require(t, err == nil, "layer %s: %v (make test builds it)", lang, err)
 	return root
 }
 
@@ -63,7 +46,7 @@ type testEnv struct {
 
 func newTestEnv(t testing.TB) *testEnv {
 	t.Helper()
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	stateDir, err := os.MkdirTemp("/run", "sandcell-test-")
 	if err != nil {
 		t.Fatal(err)

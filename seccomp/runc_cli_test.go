@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sandcell/sandcell/internal/testutil"
 )
 
 // probeWant is what the probe (testdata/probes/syscalls.c) must print for
@@ -261,21 +262,6 @@ type runcEnv struct {
 	dir      string
 }
 
-// requireOrSkip skips the test when ok is false, or fails it when CI=true:
-// CI runs as root with the tools installed, so a skip there would hide a
-// broken setup.
-func requireOrSkip(t *testing.T, ok bool, format string, args ...any) {
-	t.Helper()
-	if ok {
-		return
-	}
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI=true, so this test must run)", msg)
-	}
-	t.Skip(msg)
-}
-
 func findRunc() (string, error) {
 	if p := os.Getenv("SANDCELL_RUNC"); p != "" {
 		return p, nil
@@ -293,11 +279,11 @@ func findRunc() (string, error) {
 
 func newRuncEnv(t *testing.T) *runcEnv {
 	t.Helper()
-	requireOrSkip(t, os.Geteuid() == 0, "needs root to run runc")
+	testutil.Require(t, os.Geteuid() == 0, "needs root to run runc")
 	runc, err := findRunc()
-	requireOrSkip(t, err == nil, "needs runc: %v", err)
+	testutil.Require(t, err == nil, "needs runc: %v", err)
 	gcc, err := exec.LookPath("gcc")
-	requireOrSkip(t, err == nil, "needs gcc to build testdata/probes/syscalls.c: %v", err)
+	testutil.Require(t, err == nil, "needs gcc to build testdata/probes/syscalls.c: %v", err)
 
 	// The container's root is uid 100000 on the host, which must be able
 	// to reach the rootfs: t.TempDir makes 0700 directories.

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandcell/sandcell/internal/testutil"
 )
 
 // cli runs the CLI in-process with a private state dir and cgroup parent
@@ -29,12 +31,7 @@ func cli(t *testing.T, stdin string, args ...string) (int, string, string) {
 // and removes it, and the test's cgroup parent, afterwards.
 func testState(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("this test needs root, and CI runs as root")
-		}
-		t.Skip("needs root")
-	}
+	testutil.RequireRoot(t)
 	dir, err := os.MkdirTemp("/run", "sandcell-cli-test-")
 	if err != nil {
 		t.Fatal(err)
