@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -8,6 +9,7 @@ import (
 	// init before the Go runtime starts (it acts only when the init
 	// environment variables are set).
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
+	"golang.org/x/sys/unix"
 )
 
 // Init is libcontainer's re-exec hook. The container's first process is
@@ -15,7 +17,34 @@ import (
 // anything else in main's package init. It does not return in that case
 // (the program is exec'd), and returns at once otherwise.
 func Init() {
-	if len(os.Args) > 1 && os.Args[1] == "init" {
-		libcontainer.Init()
+	if len(os.Args) < 2 {
+		return
 	}
+	switch os.Args[1] {
+	case "init":
+		libcontainer.Init()
+	case holdArg:
+		hold()
+	}
+}
+
+// holdArg starts the holder: "<binary> sandcell-hold PROGRAM ARGS..." waits
+// until fd 3 (a pipe) delivers a byte, then execs PROGRAM. The runsc backend
+// puts the holder into the run's cgroup before runsc runs, so nothing runsc
+// starts can escape the cgroup, on cgroup v1 as on v2.
+const holdArg = "sandcell-hold"
+
+func hold() {
+	pipe := os.NewFile(3, "hold")
+	var b [1]byte
+	if n, _ := pipe.Read(b[:]); n != 1 {
+		os.Exit(125) // closed without a go-ahead: the run was destroyed
+	}
+	pipe.Close()
+	if len(os.Args) < 3 {
+		os.Exit(125)
+	}
+	err := unix.Exec(os.Args[2], os.Args[2:], os.Environ())
+	fmt.Fprintln(os.Stderr, "sandcell-hold: exec:", err)
+	os.Exit(125)
 }

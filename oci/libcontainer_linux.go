@@ -1,13 +1,11 @@
 package oci
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -63,7 +61,7 @@ type Libcontainer struct {
 	seq      atomic.Uint64
 
 	mu   sync.Mutex
-	live map[string]*lcContainer
+	live map[string]Container
 }
 
 const (
@@ -93,7 +91,7 @@ func NewLibcontainer(cfg LibcontainerConfig) (*Libcontainer, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, err
 	}
-	r := &Libcontainer{cfg: cfg, log: log, instance: hex.EncodeToString(b[:]), live: map[string]*lcContainer{}}
+	r := &Libcontainer{cfg: cfg, log: log, instance: hex.EncodeToString(b[:]), live: map[string]Container{}}
 	r.dir = filepath.Join(cfg.StateDir, r.instance)
 	// 0711: the mapped container root must traverse to its /work source;
 	// nobody may list the directory.
@@ -121,7 +119,7 @@ func (r *Libcontainer) Instance() string { return r.instance }
 // state directory.
 func (r *Libcontainer) Close() error {
 	r.mu.Lock()
-	live := make([]*lcContainer, 0, len(r.live))
+	live := make([]Container, 0, len(r.live))
 	for _, c := range r.live {
 		live = append(live, c)
 	}
@@ -151,25 +149,20 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	id := r.instance + "-" + strconv.FormatUint(r.seq.Add(1), 10)
-	c := &lcContainer{rt: r, id: id, limits: req.Limits, stdin: req.Stdin, exited: make(chan struct{}), stop: make(chan stopReason, 1)}
-	r.mu.Lock()
-	r.live[id] = c
-	r.mu.Unlock()
+	id := r.newID()
+	run, err := newRun(id, filepath.Join(r.dir, "runs", id), req, r.cfg.UIDBase+SandboxUID, r.cfg.UIDBase+SandboxGID)
+	if err != nil {
+		return nil, err
+	}
+	c := &lcContainer{run: run, rt: r}
+	r.register(id, c)
 	defer func() {
 		if retErr != nil {
 			_ = c.Destroy()
 		}
 	}()
 
-	c.runDir = filepath.Join(r.dir, "runs", id)
-	work, err := r.makeWork(c.runDir, req)
-	if err != nil {
-		return nil, err
-	}
-	c.work = work
-
-	host := Host{WorkDir: work, UIDBase: r.cfg.UIDBase, Seccomp: r.cfg.Seccomp}
+	host := Host{WorkDir: run.work, UIDBase: r.cfg.UIDBase, Seccomp: r.cfg.Seccomp}
 	if r.cfg.Cgroups != nil {
 		host.CgroupsPath = r.cfg.Cgroups.ChildPath(id)
 	}
@@ -177,33 +170,22 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 	if err != nil {
 		return nil, err
 	}
-	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: id, Spec: spec, NoNewKeyring: false})
+	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: id, Spec: spec})
 	if err != nil {
 		return nil, fmt.Errorf("%w: convert spec: %w", ErrRuntime, err)
 	}
 	// If sandcell dies, the program dies with it (the start-up Recover
 	// removes the rest).
 	config.ParentDeathSignal = int(unix.SIGKILL)
+	rlimits, err := toRlimits(spec.Process.Rlimits)
+	if err != nil {
+		return nil, err
+	}
 	lc, err := libcontainer.Create(r.stateRoot(), id, config)
 	if err != nil {
 		return nil, fmt.Errorf("%w: create container: %w", ErrRuntime, err)
 	}
 	c.lc = lc
-
-	rlimits, err := toRlimits(spec.Process.Rlimits)
-	if err != nil {
-		return nil, err
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
-	}
 	yes := true
 	p := &libcontainer.Process{
 		Args:            spec.Process.Args,
@@ -211,35 +193,18 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 		Cwd:             spec.Process.Cwd,
 		UID:             int(spec.Process.User.UID),
 		GID:             int(spec.Process.User.GID),
-		Stdout:          outW,
-		Stderr:          errW,
+		Stdout:          run.outW,
+		Stderr:          run.errW,
 		Init:            true,
 		NoNewPrivileges: &yes,
 		Capabilities:    &configs.Capabilities{},
 		Rlimits:         rlimits,
 	}
-	var stdinW *os.File
-	if req.Stdin != nil {
-		var stdinR *os.File
-		stdinR, stdinW, err = os.Pipe()
-		if err != nil {
-			outR.Close()
-			outW.Close()
-			errR.Close()
-			errW.Close()
-			return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
-		}
-		p.Stdin = stdinR
-		defer stdinR.Close()
+	if run.stdinR != nil {
+		p.Stdin = run.stdinR
 	}
-	kill := func() { c.requestStop(stopOutput) }
 	err = lc.Start(p)
-	// The child holds its own copies now; ours must go or EOF never comes.
-	outW.Close()
-	errW.Close()
-	c.stdout = startCapture(outR, req.Limits.OutputBytes, kill)
-	c.stderr = startCapture(errR, req.Limits.OutputBytes, kill)
-	c.stdinW = stdinW
+	run.childStarted()
 	if err != nil {
 		return nil, fmt.Errorf("%w: start container init: %w", ErrRuntime, err)
 	}
@@ -248,95 +213,33 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 	return c, nil
 }
 
-// makeWork mounts a fresh size-capped tmpfs for the run's /work on the host
-// and writes the request's files into it. The tmpfs is owned by the
-// sandbox's host uid so the program can write there.
-func (r *Libcontainer) makeWork(runDir string, req *Request) (string, error) {
-	if err := os.Mkdir(runDir, 0o711); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrRuntime, err)
-	}
-	work := filepath.Join(runDir, "work")
-	if err := os.Mkdir(work, 0o700); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrRuntime, err)
-	}
-	uid := r.cfg.UIDBase + SandboxUID
-	gid := r.cfg.UIDBase + SandboxGID
-	opts := fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", req.Limits.TmpfsBytes, uid, gid)
-	if err := unix.Mount("tmpfs", work, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return "", fmt.Errorf("%w: mount /work tmpfs: %w", ErrRuntime, err)
-	}
-	if len(req.Files) == 0 {
-		return work, nil
-	}
-	// os.Root refuses paths that leave the directory, symlinks included;
-	// nothing else can write here yet (the program has not started).
-	root, err := os.OpenRoot(work)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrRuntime, err)
-	}
-	defer root.Close()
-	for _, f := range req.Files {
-		if err := writeFile(root, f, int(uid), int(gid)); err != nil {
-			return "", err
-		}
-	}
-	return work, nil
+// newID names a new container: the instance, then a sequence number.
+func (r *Libcontainer) newID() string {
+	return r.instance + "-" + strconv.FormatUint(r.seq.Add(1), 10)
 }
 
-func writeFile(root *os.Root, f File, uid, gid int) error {
-	if dir := filepath.Dir(f.Path); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("%w: create directory for %q: %w", ErrInvalidRequest, f.Path, err)
-		}
-		// Directories created here belong to the sandbox user too.
-		for d := dir; d != "."; d = filepath.Dir(d) {
-			if err := root.Lchown(d, uid, gid); err != nil {
-				return fmt.Errorf("%w: %w", ErrRuntime, err)
-			}
-		}
-	}
-	mode := f.Mode.Perm()
-	if mode == 0 {
-		mode = 0o644
-	}
-	fh, err := root.OpenFile(f.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return fmt.Errorf("%w: write %q: %w", ErrInvalidRequest, f.Path, err)
-	}
-	_, werr := fh.Write(f.Data)
-	cerr := fh.Chown(uid, gid)
-	if err := errors.Join(werr, cerr, fh.Close()); err != nil {
-		if errors.Is(err, unix.ENOSPC) {
-			return fmt.Errorf("%w: %q does not fit in /work: %w", ErrInvalidRequest, f.Path, err)
-		}
-		return fmt.Errorf("%w: write %q: %w", ErrRuntime, f.Path, err)
-	}
-	return nil
+// register and unregister keep the set of live containers that Close
+// destroys.
+func (r *Libcontainer) register(id string, c Container) {
+	r.mu.Lock()
+	r.live[id] = c
+	r.mu.Unlock()
+}
+
+func (r *Libcontainer) unregister(id string) {
+	r.mu.Lock()
+	delete(r.live, id)
+	r.mu.Unlock()
 }
 
 // lcContainer is one libcontainer container.
 type lcContainer struct {
-	rt     *Libcontainer
-	id     string
-	limits limits.Set
-	runDir string
-	work   string
-
-	lc     *libcontainer.Container
-	proc   *libcontainer.Process
-	stdin  []byte
-	stdinW *os.File
-	stdout *capture
-	stderr *capture
-
-	started time.Time
-	cpuBase time.Duration   // cgroup CPU time used before the program ran
-	stop    chan stopReason // the first reason to stop wins
-
-	exited  chan struct{} // closed when the init process has been reaped
-	state   *os.ProcessState
-	waitErr error
-	ended   time.Time
+	*run
+	rt      *Libcontainer
+	lc      *libcontainer.Container
+	proc    *libcontainer.Process
+	ps      *os.ProcessState // set before run.exited is closed
+	cpuBase time.Duration    // cgroup CPU time used before the program ran
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -344,17 +247,16 @@ type lcContainer struct {
 
 func (c *lcContainer) ID() string { return c.id }
 
-func (c *lcContainer) requestStop(r stopReason) {
-	select {
-	case c.stop <- r:
-	default:
-	}
-}
-
 func (c *lcContainer) reap() {
-	c.state, c.waitErr = c.proc.Wait()
-	c.ended = time.Now()
-	close(c.exited)
+	ps, err := c.proc.Wait()
+	c.ps = ps
+	ws := syscall.WaitStatus(128 << 8) // exit 128 when wait itself failed
+	if ps != nil {
+		ws = ps.Sys().(syscall.WaitStatus)
+	} else {
+		c.rt.log.Error("wait for container init", "container_id", c.id, "err", err)
+	}
+	c.exitedWith(ws)
 }
 
 // Start lets the program run: it releases init from libcontainer's exec fifo.
@@ -368,17 +270,9 @@ func (c *lcContainer) Start(ctx context.Context) error {
 	// The cgroup has already counted init's own set-up; the result
 	// reports the program's CPU time only.
 	c.cpuBase = c.usage().CPUTime
-	c.started = time.Now()
+	c.begin()
 	if err := c.lc.Exec(); err != nil {
 		return fmt.Errorf("%w: start program: %w", ErrRuntime, err)
-	}
-	if c.stdinW != nil {
-		go func(w *os.File, data []byte) {
-			// EPIPE when the program does not read its input is fine.
-			_, _ = io.Copy(w, bytes.NewReader(data))
-			w.Close()
-		}(c.stdinW, c.stdin)
-		c.stdinW = nil
 	}
 	return nil
 }
@@ -389,63 +283,13 @@ func (c *lcContainer) Wait(ctx context.Context) Result {
 	if c.started.IsZero() {
 		return internalError(errors.New("Wait called before Start"))
 	}
-	timer := time.NewTimer(time.Until(c.started.Add(c.limits.Timeout)))
-	defer timer.Stop()
-	stop := stopNone
-	select {
-	case <-c.exited:
-	case stop = <-c.stop:
-	case <-timer.C:
-		stop = stopTimeout
-	case <-ctx.Done():
-		stop = stopCancelled
+	stop, err := c.await(ctx, c.kill)
+	if err != nil {
+		return internalError(err)
 	}
-	if stop != stopNone {
-		c.kill()
-		select {
-		case <-c.exited:
-		case <-time.After(5 * time.Second):
-			return internalError(fmt.Errorf("%w: container %s did not die after SIGKILL", ErrRuntime, c.id))
-		}
-		// The program may have exited on its own in the same instant.
-		if stop == stopTimeout && c.ended.Sub(c.started) < c.limits.Timeout {
-			stop = stopNone
-		}
-	}
-	elapsed := c.ended.Sub(c.started)
-	out, outTrunc := c.stdout.wait()
-	errb, errTrunc := c.stderr.wait()
-	// Output past the cap that raced with the exit still counts.
-	if stop == stopNone && (outTrunc || errTrunc) {
-		stop = stopOutput
-	}
-
 	usage := c.usage()
 	usage.CPUTime = max(usage.CPUTime-c.cpuBase, 0)
-	if c.waitErr != nil && c.state == nil {
-		return internalError(fmt.Errorf("%w: wait for container %s: %w", ErrRuntime, c.id, c.waitErr))
-	}
-	var e exitInfo
-	if ws, ok := c.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		e.signal = ws.Signal()
-		e.code = 128 + int(e.signal)
-	} else {
-		e.code = c.state.ExitCode()
-	}
-	status, msg := verdict(e, stop, usage, c.limits)
-	return Result{
-		Stdout:          cleanText(out),
-		Stderr:          cleanText(errb),
-		ExitCode:        e.code,
-		Signal:          signalName(e.signal),
-		Status:          status,
-		ExecutionTimeMS: elapsed.Milliseconds(),
-		CPUTimeMS:       usage.CPUTime.Milliseconds(),
-		MemoryPeakBytes: int64(usage.MemoryPeakBytes),
-		StdoutTruncated: outTrunc,
-		StderrTruncated: errTrunc,
-		Message:         msg,
-	}
+	return c.result(stop, usage)
 }
 
 // usage reads the run's counters from its cgroup, or from rusage when the
@@ -461,11 +305,15 @@ func (c *lcContainer) usage() limits.Usage {
 		}
 	}
 	var u limits.Usage
-	if c.state != nil {
-		if ru, ok := c.state.SysUsage().(*syscall.Rusage); ok {
-			u.CPUTime = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-			u.MemoryPeakBytes = uint64(ru.Maxrss) * 1024
+	select {
+	case <-c.exited:
+		if c.ps != nil {
+			if ru, ok := c.ps.SysUsage().(*syscall.Rusage); ok {
+				u.CPUTime = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+				u.MemoryPeakBytes = uint64(ru.Maxrss) * 1024
+			}
 		}
+	default:
 	}
 	return u
 }
@@ -499,38 +347,21 @@ func (c *lcContainer) destroy() error {
 				errs = append(errs, fmt.Errorf("container %s: init not reaped after SIGKILL", c.id))
 			}
 		}
-		if c.stdout != nil {
-			c.stdout.wait()
-			c.stderr.wait()
-		}
+		c.drain()
 		if err := c.lc.Destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("destroy container %s: %w", c.id, err))
 		}
 		c.lc = nil
-	}
-	if c.stdinW != nil {
-		c.stdinW.Close()
 	}
 	if c.rt.cfg.Cgroups != nil {
 		if err := c.rt.cfg.Cgroups.RemoveChild(c.id); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if c.work != "" {
-		if err := unix.Unmount(c.work, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", c.work, err))
-		}
+	if err := c.cleanup(); err != nil {
+		errs = append(errs, err)
 	}
-	if c.runDir != "" {
-		if err := os.RemoveAll(c.runDir); errors.Is(err, unix.EBUSY) {
-			err = removeMounted(c.runDir)
-		} else if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	c.rt.mu.Lock()
-	delete(c.rt.live, c.id)
-	c.rt.mu.Unlock()
+	c.rt.unregister(c.id)
 	err := errors.Join(errs...)
 	if err != nil {
 		c.rt.log.Error("teardown incomplete", "container_id", c.id, "err", err)

@@ -2,6 +2,7 @@ package oci_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -37,6 +38,8 @@ func layerRoot(t testing.TB, lang string) string {
 // testEnv is a runtime with its own state dir and parent cgroup, removed
 // when the test ends.
 type testEnv struct {
+	backend  string      // "runc" or "gvisor"
+	runtime  oci.Runtime // the backend under test
 	rt       *oci.Libcontainer
 	parent   *limits.Parent
 	stateDir string
@@ -60,6 +63,7 @@ func newTestEnv(t testing.TB) *testEnv {
 		t.Fatal(err)
 	}
 	e.rt = e.newRuntime(t)
+	e.backend, e.runtime = "runc", e.rt
 	t.Cleanup(func() {
 		if err := e.rt.Close(); err != nil {
 			t.Errorf("runtime close: %v", err)
@@ -98,4 +102,25 @@ func testLimits(t testing.TB, req limits.Set) limits.Set {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// forEachBackend runs a test against every isolation backend: one suite,
+// with per-backend expectations only where the semantics differ.
+func forEachBackend(t *testing.T, f func(t *testing.T, e *testEnv)) {
+	t.Run("runc", func(t *testing.T) { f(t, newTestEnv(t)) })
+	t.Run("gvisor", func(t *testing.T) {
+		_, err := exec.LookPath("runsc")
+		testutil.Require(t, err == nil, "runsc not installed (apt-get install runsc)")
+		e := newTestEnv(t)
+		filter, err := seccomp.GVisorProfile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := oci.NewRunsc(e.rt, oci.RunscConfig{Seccomp: filter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.backend, e.runtime = "gvisor", g
+		f(t, e)
+	})
 }

@@ -41,44 +41,56 @@ func (e *testEnv) runProbe(t *testing.T, probe []byte, mode string) oci.Result {
 // to clone, whose flags the filter can read), and the ordinary calls the
 // probe also makes must still work.
 func TestSeccompDenials(t *testing.T) {
-	e := newTestEnv(t)
-	probe := buildProbe(t)
-	res := e.runProbe(t, probe, "all")
-	if res.Status != oci.StatusOK {
-		t.Fatalf("probe: status %s exit %d signal %s\n%s%s", res.Status, res.ExitCode, res.Signal, res.Stdout, res.Stderr)
-	}
-	got := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
-		name, result, ok := strings.Cut(line, " ")
-		if !ok {
-			t.Fatalf("bad probe line %q", line)
+	forEachBackend(t, func(t *testing.T, e *testEnv) {
+		probe := buildProbe(t)
+		res := e.runProbe(t, probe, "all")
+		if res.Status != oci.StatusOK {
+			t.Fatalf("probe: status %s exit %d signal %s\n%s%s", res.Status, res.ExitCode, res.Signal, res.Stdout, res.Stderr)
 		}
-		got[name] = result
-	}
-	denied := 0
-	for name, result := range got {
-		want := "EPERM"
-		switch {
-		case name == "clone3":
-			want = "ENOSYS"
-		case strings.HasPrefix(name, "allowed_"):
-			want = "ok"
-		default:
-			denied++
+		got := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+			name, result, ok := strings.Cut(line, " ")
+			if !ok {
+				t.Fatalf("bad probe line %q", line)
+			}
+			got[name] = result
 		}
-		if result != want {
-			t.Errorf("%s: got %s, want %s", name, result, want)
+		denied := 0
+		for name, result := range got {
+			want := "EPERM"
+			switch {
+			case e.backend == "gvisor" && gvisorUnimplemented[name] != "":
+				want = gvisorUnimplemented[name]
+			case name == "clone3":
+				want = "ENOSYS"
+			case strings.HasPrefix(name, "allowed_"):
+				want = "ok"
+			default:
+				denied++
+			}
+			if result != want {
+				t.Errorf("%s: got %s, want %s", name, result, want)
+			}
 		}
-	}
-	// Every syscall the profile denies by name is probed.
-	for _, name := range seccomp.DeniedSyscalls() {
-		if _, ok := got[name]; !ok && requiredDenials[name] {
-			t.Errorf("required denial %s is not probed", name)
+		// Every syscall the profile denies by name is probed.
+		for _, name := range seccomp.DeniedSyscalls() {
+			if _, ok := got[name]; !ok && requiredDenials[name] {
+				t.Errorf("required denial %s is not probed", name)
+			}
 		}
-	}
-	if denied < 30 {
-		t.Errorf("only %d denials probed", denied)
-	}
+		if denied < 30 {
+			t.Errorf("only %d denials probed", denied)
+		}
+	})
+}
+
+// gvisorUnimplemented are the probes that gVisor's 2022 kernel refuses by
+// itself, with its own error, whatever the filter says: it does not know
+// these syscalls (the filter cannot name them) or these protocols.
+var gvisorUnimplemented = map[string]string{
+	"pidfd_getfd": "ENOSYS", "allowed_pidfd_open": "ENOSYS", "mount_setattr": "ENOSYS",
+	"process_madvise": "ENOSYS", "socketpair_inet": "ESOCKTNOSUPPORT",
+	"socket_inet_sctp": "EPROTONOSUPPORT", "socket_inet_mptcp": "EINVAL",
 }
 
 // requiredDenials are the denials the sandbox promises (issue #2).
@@ -97,9 +109,18 @@ func TestSeccompForeignArch(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("int 0x80 exists only on x86")
 	}
-	e := newTestEnv(t)
-	res := e.runProbe(t, buildProbe(t), "int80")
-	if res.Signal != "SIGSYS" {
-		t.Errorf("int 0x80: status %s signal %q exit %d stdout %q, want death by SIGSYS", res.Status, res.Signal, res.ExitCode, res.Stdout)
-	}
+	forEachBackend(t, func(t *testing.T, e *testEnv) {
+		res := e.runProbe(t, buildProbe(t), "int80")
+		if e.backend == "gvisor" {
+			// gVisor's kernel has no 32-bit ABI: the call fails inside
+			// the sandbox and never reaches the host.
+			if res.Signal != "" || !strings.HasPrefix(res.Stdout, "int80 E") {
+				t.Errorf("int 0x80 under gVisor: signal %q stdout %q, want a failed call", res.Signal, res.Stdout)
+			}
+			return
+		}
+		if res.Signal != "SIGSYS" {
+			t.Errorf("int 0x80: status %s signal %q exit %d stdout %q, want death by SIGSYS", res.Status, res.Signal, res.ExitCode, res.Stdout)
+		}
+	})
 }

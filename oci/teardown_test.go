@@ -119,62 +119,64 @@ func openFDs(t testing.TB) int {
 }
 
 func TestTeardownSequential(t *testing.T) {
-	e := newTestEnv(t)
-	n := 200
-	if testing.Short() {
-		n = 20
-	}
-	// One run first, so lazily opened fds (cgroup files, logs) exist.
-	e.run(t, "sh", "true\n", limits.Set{})
-	fds := openFDs(t)
-	for i := 0; i < n; i++ {
-		res := e.run(t, "sh", "echo $$ > /tmp/pid\ntrue\n", limits.Set{})
-		if res.Status != oci.StatusOK {
-			t.Fatalf("run %d: status %s: %s %s", i, res.Status, res.Message, res.Stderr)
+	forEachBackend(t, func(t *testing.T, e *testEnv) {
+		n := 200
+		if testing.Short() {
+			n = 20
 		}
-	}
-	if got := openFDs(t); got > fds {
-		t.Errorf("open fds grew from %d to %d over %d runs", fds, got, n)
-	}
-	e.assertClean(t)
+		// One run first, so lazily opened fds (cgroup files, logs) exist.
+		e.run(t, "sh", "true\n", limits.Set{})
+		fds := openFDs(t)
+		for i := 0; i < n; i++ {
+			res := e.run(t, "sh", "echo $$ > /tmp/pid\ntrue\n", limits.Set{})
+			if res.Status != oci.StatusOK {
+				t.Fatalf("run %d: status %s: %s %s", i, res.Status, res.Message, res.Stderr)
+			}
+		}
+		if got := openFDs(t); got > fds {
+			t.Errorf("open fds grew from %d to %d over %d runs", fds, got, n)
+		}
+		e.assertClean(t)
+	})
 }
 
 func TestTeardownConcurrentIsolated(t *testing.T) {
-	e := newTestEnv(t)
-	const n = 8
-	// Each run leaves a marker in /tmp, /work and /dev/shm, waits for the
-	// others to do the same, then lists what it can see.
-	src := `echo $MARK > /tmp/$MARK; echo $MARK > /work/$MARK; echo $MARK > /dev/shm/$MARK
+	forEachBackend(t, func(t *testing.T, e *testEnv) {
+		const n = 8
+		// Each run leaves a marker in /tmp, /work and /dev/shm, waits for the
+		// others to do the same, then lists what it can see.
+		src := `echo $MARK > /tmp/$MARK; echo $MARK > /work/$MARK; echo $MARK > /dev/shm/$MARK
 sleep 1
 echo tmp: $(ls /tmp)
 echo work: $(ls /work)
 echo shm: $(ls /dev/shm)
 echo marks: $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep '^MARK=' | sort -u)
 `
-	var wg sync.WaitGroup
-	results := make([]oci.Result, n)
-	errs := make([]error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			r := newRequest(t, "sh", src, limits.Set{})
-			r.Env = []string{"MARK=m" + strconv.Itoa(i)}
-			results[i], errs[i] = oci.Run(context.Background(), e.rt, r)
-		}(i)
-	}
-	wg.Wait()
-	for i, res := range results {
-		if errs[i] != nil || res.Status != oci.StatusOK {
-			t.Fatalf("run %d: %v %s %s", i, errs[i], res.Status, res.Stderr)
+		var wg sync.WaitGroup
+		results := make([]oci.Result, n)
+		errs := make([]error, n)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				r := newRequest(t, "sh", src, limits.Set{})
+				r.Env = []string{"MARK=m" + strconv.Itoa(i)}
+				results[i], errs[i] = oci.Run(context.Background(), e.runtime, r)
+			}(i)
 		}
-		m := "m" + strconv.Itoa(i)
-		want := fmt.Sprintf("tmp: %s\nwork: %s main.sh\nshm: %s\nmarks: MARK=%s\n", m, m, m, m)
-		if res.Stdout != want {
-			t.Errorf("run %d saw:\n%s\nwant:\n%s", i, res.Stdout, want)
+		wg.Wait()
+		for i, res := range results {
+			if errs[i] != nil || res.Status != oci.StatusOK {
+				t.Fatalf("run %d: %v %s %s", i, errs[i], res.Status, res.Stderr)
+			}
+			m := "m" + strconv.Itoa(i)
+			want := fmt.Sprintf("tmp: %s\nwork: %s main.sh\nshm: %s\nmarks: MARK=%s\n", m, m, m, m)
+			if res.Stdout != want {
+				t.Errorf("run %d saw:\n%s\nwant:\n%s", i, res.Stdout, want)
+			}
 		}
-	}
-	e.assertClean(t)
+		e.assertClean(t)
+	})
 }
 
 // TestCrashRecovery kills a server with -9 in the middle of a run, then

@@ -49,6 +49,9 @@ func verdict(e exitInfo, stop stopReason, u limits.Usage, l limits.Set) (Status,
 	if e.signal == 0 && e.code == 0 {
 		return StatusOK, ""
 	}
+	if u.PidsMaxHits > 0 {
+		return StatusError, fmt.Sprintf("the limit of %d processes/threads was reached", l.Pids)
+	}
 	return StatusError, ""
 }
 

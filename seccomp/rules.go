@@ -12,16 +12,23 @@ const (
 	afInet    = 2
 	afInet6   = 10
 	afNetlink = 16
+	afPacket  = 17
+	afAlg     = 38
+	afVsock   = 40
 
 	// sockTypeMask keeps the socket type from socket(2)'s second argument;
 	// SOCK_NONBLOCK and SOCK_CLOEXEC are OR-ed in above it.
 	sockTypeMask = 0xf
 	sockStream   = 1
 	sockDgram    = 2
+	sockRaw      = 3
+	sockPacket   = 10
 
 	ipprotoDefault = 0
 	ipprotoTCP     = 6
 	ipprotoUDP     = 17
+	ipprotoICMP    = 1
+	ipprotoICMPv6  = 58
 	netlinkRoute   = 0
 
 	cloneNewTime   = 0x00000080

@@ -74,6 +74,7 @@ out = {
     "connect_host_loopback": connect("127.0.0.1", int(os.environ.get("HOST_PORT", "1"))),
     "connect_external": connect("192.0.2.1", 80),  # TEST-NET-1: never routed
     "stdin_is_devnull": os.path.samestat(os.fstat(0), os.stat("/dev/null")),
+    "stdin_eof": os.read(0, 1) == b"",
     "open_fds": sorted(int(x) for x in os.listdir("/proc/self/fd")),
 }
 print(json.dumps(out))

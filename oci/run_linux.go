@@ -1,0 +1,270 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/limits"
+)
+
+// run is what every backend shares for one run: its /work on the host, its
+// streams, the reasons to stop it and the verdict. A backend supplies how
+// to start, kill and reap the program.
+type run struct {
+	id     string
+	limits limits.Set
+	runDir string
+	work   string
+
+	stdin  []byte
+	stdinR *os.File // the program's end; nil means /dev/null
+	stdinW *os.File
+	outW   *os.File // the program's ends of stdout and stderr
+	errW   *os.File
+	outR   *os.File
+	errR   *os.File
+	stdout *capture
+	stderr *capture
+
+	stop    chan stopReason // the first reason to stop wins
+	started time.Time
+
+	exited chan struct{} // closed when the program's process was reaped
+	exit   exitInfo
+	ended  time.Time
+}
+
+// newRun makes the run's directory, its /work tmpfs with the request's
+// files, and the pipes for its streams.
+func newRun(id, runDir string, req *Request, uid, gid uint32) (_ *run, retErr error) {
+	r := &run{id: id, limits: req.Limits, runDir: runDir, stdin: req.Stdin,
+		stop: make(chan stopReason, 1), exited: make(chan struct{})}
+	defer func() {
+		if retErr != nil {
+			r.cleanup()
+		}
+	}()
+	work, err := makeWork(runDir, req, uid, gid)
+	r.work = work
+	if err != nil {
+		return nil, err
+	}
+	if r.outR, r.outW, err = os.Pipe(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
+	}
+	if r.errR, r.errW, err = os.Pipe(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
+	}
+	if req.Stdin != nil {
+		if r.stdinR, r.stdinW, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
+		}
+	}
+	return r, nil
+}
+
+// started says the program's process holds its own copies of the stream
+// ends: ours must be closed or EOF never comes; reading begins.
+func (r *run) childStarted() {
+	for _, f := range []**os.File{&r.outW, &r.errW, &r.stdinR} {
+		if *f != nil {
+			(*f).Close()
+			*f = nil
+		}
+	}
+	over := func() { r.requestStop(stopOutput) }
+	r.stdout = startCapture(r.outR, r.limits.OutputBytes, over)
+	r.stderr = startCapture(r.errR, r.limits.OutputBytes, over)
+	r.outR, r.errR = nil, nil
+}
+
+// begin marks the program's start (the wall clock counts from here) and
+// feeds its standard input.
+func (r *run) begin() {
+	r.started = time.Now()
+	if r.stdinW != nil {
+		go func(w *os.File, data []byte) {
+			// EPIPE when the program does not read its input is fine.
+			_, _ = io.Copy(w, bytes.NewReader(data))
+			w.Close()
+		}(r.stdinW, r.stdin)
+		r.stdinW = nil
+	}
+}
+
+func (r *run) requestStop(s stopReason) {
+	select {
+	case r.stop <- s:
+	default:
+	}
+}
+
+// exitedWith records how the program's process ended.
+func (r *run) exitedWith(ws syscall.WaitStatus) {
+	if ws.Signaled() {
+		r.exit = exitInfo{signal: ws.Signal(), code: 128 + int(ws.Signal())}
+	} else {
+		r.exit = exitInfo{code: ws.ExitStatus()}
+	}
+	r.ended = time.Now()
+	close(r.exited)
+}
+
+// await blocks until the program ends or a reason to stop it comes (wall
+// clock, output cap, cancellation); then kill is called and the program
+// reaped. It returns why sandcell stopped the run (stopNone if it did not).
+func (r *run) await(ctx context.Context, kill func()) (stopReason, error) {
+	timer := time.NewTimer(time.Until(r.started.Add(r.limits.Timeout)))
+	defer timer.Stop()
+	stop := stopNone
+	select {
+	case <-r.exited:
+	case stop = <-r.stop:
+	case <-timer.C:
+		stop = stopTimeout
+	case <-ctx.Done():
+		stop = stopCancelled
+	}
+	if stop != stopNone {
+		kill()
+		select {
+		case <-r.exited:
+		case <-time.After(5 * time.Second):
+			return stop, fmt.Errorf("%w: container %s did not die after SIGKILL", ErrRuntime, r.id)
+		}
+		// The program may have exited on its own in the same instant.
+		if stop == stopTimeout && r.ended.Sub(r.started) < r.limits.Timeout {
+			stop = stopNone
+		}
+	}
+	return stop, nil
+}
+
+// result waits for the streams to close and decides the verdict.
+func (r *run) result(stop stopReason, usage limits.Usage) Result {
+	out, outTrunc := r.stdout.wait()
+	errb, errTrunc := r.stderr.wait()
+	// Output past the cap that raced with the exit still counts.
+	if stop == stopNone && (outTrunc || errTrunc) {
+		stop = stopOutput
+	}
+	status, msg := verdict(r.exit, stop, usage, r.limits)
+	return Result{
+		Stdout:          cleanText(out),
+		Stderr:          cleanText(errb),
+		ExitCode:        r.exit.code,
+		Signal:          signalName(r.exit.signal),
+		Status:          status,
+		ExecutionTimeMS: r.ended.Sub(r.started).Milliseconds(),
+		CPUTimeMS:       usage.CPUTime.Milliseconds(),
+		MemoryPeakBytes: int64(usage.MemoryPeakBytes),
+		StdoutTruncated: outTrunc,
+		StderrTruncated: errTrunc,
+		Message:         msg,
+	}
+}
+
+// drain waits until both streams are closed (after the program died).
+func (r *run) drain() {
+	if r.stdout != nil {
+		r.stdout.wait()
+		r.stderr.wait()
+	}
+}
+
+// cleanup closes what is left of the streams, unmounts /work and removes
+// the run's directory.
+func (r *run) cleanup() error {
+	for _, f := range []*os.File{r.outW, r.errW, r.outR, r.errR, r.stdinR, r.stdinW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	var errs []error
+	if r.work != "" {
+		if err := unix.Unmount(r.work, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", r.work, err))
+		}
+	}
+	if r.runDir != "" {
+		if err := os.RemoveAll(r.runDir); errors.Is(err, unix.EBUSY) {
+			err = removeMounted(r.runDir)
+		} else if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// makeWork mounts a fresh size-capped tmpfs for the run's /work on the host
+// and writes the request's files into it. The tmpfs is owned by the
+// sandbox's host uid so the program can write there.
+func makeWork(runDir string, req *Request, uid, gid uint32) (string, error) {
+	if err := os.Mkdir(runDir, 0o711); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrRuntime, err)
+	}
+	work := filepath.Join(runDir, "work")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrRuntime, err)
+	}
+	opts := fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", req.Limits.TmpfsBytes, uid, gid)
+	if err := unix.Mount("tmpfs", work, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return "", fmt.Errorf("%w: mount /work tmpfs: %w", ErrRuntime, err)
+	}
+	if len(req.Files) == 0 {
+		return work, nil
+	}
+	// os.Root refuses paths that leave the directory, symlinks included;
+	// nothing else can write here yet (the program has not started).
+	root, err := os.OpenRoot(work)
+	if err != nil {
+		return work, fmt.Errorf("%w: %w", ErrRuntime, err)
+	}
+	defer root.Close()
+	for _, f := range req.Files {
+		if err := writeFile(root, f, int(uid), int(gid)); err != nil {
+			return work, err
+		}
+	}
+	return work, nil
+}
+
+func writeFile(root *os.Root, f File, uid, gid int) error {
+	if dir := filepath.Dir(f.Path); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("%w: create directory for %q: %w", ErrInvalidRequest, f.Path, err)
+		}
+		// Directories created here belong to the sandbox user too.
+		for d := dir; d != "."; d = filepath.Dir(d) {
+			if err := root.Lchown(d, uid, gid); err != nil {
+				return fmt.Errorf("%w: %w", ErrRuntime, err)
+			}
+		}
+	}
+	mode := f.Mode.Perm()
+	if mode == 0 {
+		mode = 0o644
+	}
+	fh, err := root.OpenFile(f.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return fmt.Errorf("%w: write %q: %w", ErrInvalidRequest, f.Path, err)
+	}
+	_, werr := fh.Write(f.Data)
+	cerr := fh.Chown(uid, gid)
+	if err := errors.Join(werr, cerr, fh.Close()); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			return fmt.Errorf("%w: %q does not fit in /work: %w", ErrInvalidRequest, f.Path, err)
+		}
+		return fmt.Errorf("%w: write %q: %w", ErrRuntime, f.Path, err)
+	}
+	return nil
+}
