@@ -8,7 +8,7 @@ TAGS      := seccomp netgo osusergo
 LDFLAGS   := -s -w -extldflags=-static
 LAYER_DIR ?= /var/lib/sandcell/layers
 # Debian packages the build, the layers and the tests need.
-APT_PKGS  := gcc libc6-dev libseccomp-dev mmdebstrap busybox-static runc
+APT_PKGS  := gcc libc6-dev libseccomp-dev mmdebstrap busybox-static runc runsc
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
@@ -38,9 +38,12 @@ run: deps build layers ## set up everything, then run a demo program in a sandbo
 	$(SUDO) ./$(BIN) --layer-dir $(LAYER_DIR) run --lang python --json \
 		--code 'import os, platform; print("hello from", platform.python_version(), "as uid", os.getuid())'
 
-test: deps build layers ## every test; root tests run when root (CI is root)
+test: deps build layers conformance-deps ## every test; root tests run when root (CI is root)
 	$(GO) vet -tags '$(TAGS)' ./...
+	cd conformance && $(GO) vet ./...
 	SANDCELL_LAYER_DIR=$(LAYER_DIR) $(GO) test -tags '$(TAGS)' -count=1 -timeout 40m ./...
+	$(MCP_FUZZ)
+	$(CONFORMANCE)
 
 unit: ## fast tests only (-short: no layer builds, no containers)
 	$(GO) test -tags '$(TAGS)' -short ./...
@@ -57,3 +60,20 @@ golden: ## refresh golden files (review the diff!)
 
 clean: ## remove build outputs (not the layer store)
 	rm -rf bin
+
+.PHONY: conformance-deps test-mcp
+# npm install, not npm ci: vite (under the Inspector) names an optional
+# Windows-only package that the registry here does not serve, so the lock
+# cannot list it and npm ci refuses; npm install takes the locked versions.
+conformance-deps: ## install the real MCP clients and Node 22 in conformance/ (versions in package-lock.json)
+	cd conformance && npm install --no-audit --no-fund
+
+# The MCP layer's short fuzz run and the real clients (Go and TypeScript
+# SDKs, Inspector, conformance suite) in the nested module; part of `test`.
+MCP_FUZZ    = $(GO) test -run '^$$' -fuzz '^FuzzDispatch$$' -fuzztime 20s ./mcp
+CONFORMANCE = cd conformance && SANDCELL_LAYER_DIR=$(LAYER_DIR) $(GO) test -count=1 -timeout 20m ./...
+
+test-mcp: deps build layers conformance-deps ## only the MCP layer: protocol tests, fuzz, real clients
+	$(GO) test -count=1 ./mcp
+	$(MCP_FUZZ)
+	$(CONFORMANCE)

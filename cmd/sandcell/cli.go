@@ -18,6 +18,7 @@ const usage = `usage: sandcell <command> [flags]
 
 commands:
   run        run one program in a fresh sandbox
+  serve      serve MCP on stdio, Streamable HTTP (--http) and TCP (--tcp)
   build      build language layers (default: all)
   doctor     check what this host supports and how to fix what is missing
   bench      measure sandbox start-up against the bare process and the runc CLI
@@ -42,6 +43,7 @@ type cliEnv struct {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmds := map[string]command{
 		"run":       cmdRun,
+		"serve":     cmdServe,
 		"build":     cmdBuild,
 		"doctor":    cmdDoctor,
 		"bench":     cmdBench,

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/sandcell/sandcell/oci"
+)
+
+// TestResultFieldsMatch keeps mcp.ExecuteResult's JSON identical to
+// oci.Result's: the field names are sandcell's interface.
+func TestResultFieldsMatch(t *testing.T) {
+	r := oci.Result{Stdout: "o", Stderr: "e", ExitCode: 3, Signal: "SIGKILL", Status: oci.StatusTimeout, ExecutionTimeMS: 1,
+		CPUTimeMS: 2, MemoryPeakBytes: 4, StdoutTruncated: true, StderrTruncated: true, Message: "m"}
+	a, _ := json.Marshal(r)
+	b, _ := json.Marshal(toMCPResult(r))
+	var x, y map[string]any
+	json.Unmarshal(a, &x)
+	json.Unmarshal(b, &y)
+	if !reflect.DeepEqual(x, y) {
+		t.Errorf("oci.Result %s\nmcp.ExecuteResult %s", a, b)
+	}
+	if n := reflect.TypeFor[oci.Result]().NumField(); len(x) != n {
+		t.Errorf("oci.Result has %d fields, the comparison saw %d: set every field above", n, len(x))
+	}
+}

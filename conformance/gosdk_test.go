@@ -1,0 +1,152 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// goSDKModes are the official Go SDK client's two modes: its default (it
+// probes server/discover, the stateless 2026-07-28 era, first) and pinned
+// to the handshake era.
+var goSDKModes = []struct {
+	name    string
+	opts    *mcp.ClientSessionOptions
+	version string // the version the session must end up with
+}{
+	{"default", nil, "2026-07-28"},
+	{"2025-11-25", &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}, "2025-11-25"},
+}
+
+// exerciseSandcell runs the checks every transport must pass against the
+// real server: the negotiated version, tools/list, execute_code in python
+// and sh with stdin, and a timeout as an isError result.
+func exerciseSandcell(t *testing.T, ctx context.Context, cs *mcp.ClientSession, wantVersion string) {
+	t.Helper()
+	if got := cs.InitializeResult().ProtocolVersion; got != wantVersion {
+		t.Errorf("negotiated protocol %s, want %s", got, wantVersion)
+	}
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatalf("ListTools: %v", err)
+	}
+	if len(tools.Tools) != 1 || tools.Tools[0].Name != "execute_code" {
+		t.Fatalf("tools %v, want execute_code", tools.Tools)
+	}
+	if a := tools.Tools[0].Annotations; a == nil || a.DestructiveHint == nil || a.OpenWorldHint == nil {
+		t.Errorf("annotations not explicit: %+v", a)
+	}
+
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{
+		"language": "python", "source": "import sys; print(sys.stdin.read().upper(), end='')", "stdin": "hello",
+	}})
+	if err != nil {
+		t.Fatalf("CallTool python: %v", err)
+	}
+	var out struct {
+		Stdout   string `json:"stdout"`
+		ExitCode int    `json:"exit_code"`
+		Status   string `json:"status"`
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &out); err != nil || res.IsError || out.Stdout != "HELLO" || out.Status != "ok" {
+		t.Errorf("python run: isError %v structured %s", res.IsError, b)
+	}
+	if len(res.Content) == 0 {
+		t.Error("no text content beside structuredContent")
+	} else if tc, ok := res.Content[0].(*mcp.TextContent); !ok || !strings.Contains(tc.Text, `"stdout":"HELLO"`) {
+		t.Errorf("text content %v", res.Content[0])
+	}
+
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{
+		"language": "sh", "source": "sleep 10", "timeout_ms": 300,
+	}})
+	if err != nil {
+		t.Fatalf("CallTool sh timeout: %v", err)
+	}
+	b, _ = json.Marshal(res.StructuredContent)
+	if !res.IsError || !strings.Contains(string(b), `"status":"timeout"`) {
+		t.Errorf("timeout run: isError %v structured %s", res.IsError, b)
+	}
+
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"language": "cobol", "source": "x"}})
+	if err != nil {
+		t.Fatalf("CallTool with a bad language: %v (want an isError result, not a protocol error)", err)
+	}
+	if !res.IsError {
+		t.Errorf("bad language: not isError: %+v", res)
+	}
+
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "nope", Arguments: map[string]any{}}); err == nil {
+		t.Error("an unknown tool was not a protocol error")
+	}
+}
+
+func TestGoSDKStdio(t *testing.T) {
+	for _, mode := range goSDKModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := ctxFor(t, 2*time.Minute)
+			cmd := sandcellCommand(t)
+			client := mcp.NewClient(&mcp.Implementation{Name: "sandcell-conformance", Version: "1"}, nil)
+			cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, mode.opts)
+			if err != nil {
+				t.Fatalf("Connect over stdio: %v", err)
+			}
+			exerciseSandcell(t, ctx, cs, mode.version)
+			if err := cs.Close(); err != nil {
+				t.Errorf("Close (the server must exit on EOF): %v", err)
+			}
+		})
+	}
+}
+
+func TestGoSDKHTTP(t *testing.T) {
+	for _, mode := range goSDKModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := ctxFor(t, 2*time.Minute)
+			addr := freeAddr(t)
+			startServer(t, sandcellCommand(t, "--http", addr), addr)
+			client := mcp.NewClient(&mcp.Implementation{Name: "sandcell-conformance", Version: "1"}, nil)
+			cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"}, mode.opts)
+			if err != nil {
+				t.Fatalf("Connect over HTTP: %v", err)
+			}
+			exerciseSandcell(t, ctx, cs, mode.version)
+			if err := cs.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+}
+
+// TestGoSDKCancellation: a client that gives up on a call (its context
+// ends) sends notifications/cancelled; the sandbox is killed and the
+// server keeps serving.
+func TestGoSDKCancellation(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	cmd := sandcellCommand(t)
+	client := mcp.NewClient(&mcp.Implementation{Name: "sandcell-conformance", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	callCtx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = cs.CallTool(callCtx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"language": "sh", "source": "sleep 30", "timeout_ms": 60000}})
+	if err == nil {
+		t.Fatal("a cancelled call returned a result")
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("cancellation took %v", time.Since(start))
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"language": "sh", "source": "echo still here"}})
+	if err != nil || res.IsError {
+		t.Fatalf("after cancellation: %v %+v", err, res)
+	}
+}

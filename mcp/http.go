@@ -1,0 +1,594 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// HTTPOptions configure the Streamable HTTP transport. The zero value
+// serves loopback clients only, without a token.
+type HTTPOptions struct {
+	// AllowedOrigins are browser origins allowed besides loopback ones
+	// (http://localhost:*, http://127.0.0.1:*, http://[::1]:*), exactly as
+	// a browser sends them ("https://app.example.com"), or "*" for any. A
+	// request with an Origin header not allowed gets 403: DNS-rebinding
+	// protection (a web page must not drive a local server).
+	AllowedOrigins []string
+	// AnyHost accepts any Host header. When false, Host must be a loopback
+	// name (localhost, 127.0.0.1, [::1]) or in AllowedHosts: with Origin,
+	// the other half of DNS-rebinding protection. Set it when listening on
+	// a non-loopback address.
+	AnyHost      bool
+	AllowedHosts []string
+	// AuthToken, if set, is required as "Authorization: Bearer TOKEN"
+	// (compared in constant time); otherwise 401.
+	AuthToken string
+	// SessionIdle ends handshake-era sessions unused for this long (0: 1h).
+	SessionIdle time.Duration
+	// MaxSessions caps the live sessions (0: 1000); then 503.
+	MaxSessions int
+}
+
+// NewHTTPHandler makes the Streamable HTTP transport on one endpoint (mount
+// it at /mcp): POST carries one message; GET opens the session's SSE
+// stream; DELETE ends the session. Handshake-era sessions are named by
+// Mcp-Session-Id (set on the initialize response); stateless-era requests
+// (protocol 2026-07-28) and the seed's legacy aliases need no session.
+// Close it when the server stops.
+func NewHTTPHandler(s *Server, opts *HTTPOptions) *HTTPHandler {
+	h := &HTTPHandler{s: s, sessions: map[string]*httpSession{}}
+	if opts != nil {
+		h.opts = *opts
+	}
+	if h.opts.SessionIdle <= 0 {
+		h.opts.SessionIdle = time.Hour
+	}
+	if h.opts.MaxSessions <= 0 {
+		h.opts.MaxSessions = 1000
+	}
+	return h
+}
+
+// HTTPHandler is the Streamable HTTP transport (see NewHTTPHandler).
+type HTTPHandler struct {
+	s    *Server
+	opts HTTPOptions
+
+	mu       sync.Mutex
+	sessions map[string]*httpSession
+}
+
+// httpSession is a handshake-era session and its optional GET stream.
+type httpSession struct {
+	ss *Session
+
+	mu       sync.Mutex
+	get      chan []byte // the GET stream's queue; nil when none is open
+	lastUsed time.Time
+	active   int // POSTs in progress
+}
+
+func (hs *httpSession) notify(msg []byte) error {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.get == nil {
+		return errors.New("no GET stream open")
+	}
+	select {
+	case hs.get <- msg:
+		return nil
+	default:
+		return errors.New("GET stream queue full")
+	}
+}
+
+const (
+	headerSessionID       = "Mcp-Session-Id"
+	headerProtocolVersion = "Mcp-Protocol-Version"
+	headerMethod          = "Mcp-Method"
+	headerName            = "Mcp-Name"
+)
+
+func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.originAllowed(r.Header.Get("Origin")) || !h.hostAllowed(r.Host) {
+		h.s.log.Warn("http request refused: origin or host not allowed", "origin", r.Header.Get("Origin"), "host", r.Host)
+		writeHTTPError(w, http.StatusForbidden, ID{}, errorf(CodeInvalidRequest, "forbidden: origin or host not allowed (DNS-rebinding protection); see --allow-origin"))
+		return
+	}
+	if h.opts.AuthToken != "" && !h.authorized(r.Header.Get("Authorization")) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sandcell"`)
+		writeHTTPError(w, http.StatusUnauthorized, ID{}, errorf(CodeInvalidRequest, "unauthorized: send Authorization: Bearer <token>"))
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		h.post(w, r)
+	case http.MethodGet:
+		h.get(w, r)
+	case http.MethodDelete:
+		h.delete(w, r)
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		writeHTTPError(w, http.StatusMethodNotAllowed, ID{}, errorf(CodeInvalidRequest, "method %s not allowed: use POST, GET or DELETE", r.Method))
+	}
+}
+
+func isLoopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(strings.ToLower(host), "["), "]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (h *HTTPHandler) originAllowed(origin string) bool {
+	if origin == "" {
+		return true // not a browser, or same-origin navigation
+	}
+	if slices.Contains(h.opts.AllowedOrigins, "*") || slices.Contains(h.opts.AllowedOrigins, origin) {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return isLoopbackHost(u.Host)
+}
+
+func (h *HTTPHandler) hostAllowed(host string) bool {
+	return h.opts.AnyHost || host == "" || isLoopbackHost(host) || slices.Contains(h.opts.AllowedHosts, host)
+}
+
+func (h *HTTPHandler) authorized(header string) bool {
+	tok, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(h.opts.AuthToken)) == 1
+}
+
+// writeHTTPError answers with a status and a JSON-RPC error body.
+func writeHTTPError(w http.ResponseWriter, status int, id ID, e *Error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(encodeError(id, e), '\n'))
+}
+
+func accepts(r *http.Request, mediaType string) bool {
+	acc := r.Header.Values("Accept")
+	if len(acc) == 0 {
+		return mediaType == "application/json"
+	}
+	for _, v := range acc {
+		for _, part := range strings.Split(v, ",") {
+			mt, _, _ := mime.ParseMediaType(strings.TrimSpace(part))
+			if mt == mediaType || mt == "*/*" || (mt == "application/*" && strings.HasPrefix(mediaType, "application/")) || (mt == "text/*" && strings.HasPrefix(mediaType, "text/")) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (h *HTTPHandler) post(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeHTTPError(w, http.StatusUnsupportedMediaType, ID{}, errorf(CodeInvalidRequest, "Content-Type must be application/json"))
+			return
+		}
+	}
+	if !accepts(r, "application/json") && !accepts(r, "text/event-stream") {
+		writeHTTPError(w, http.StatusNotAcceptable, ID{}, errorf(CodeInvalidRequest, "Accept must include application/json or text/event-stream"))
+		return
+	}
+	limit := h.s.opts.MaxMessageBytes
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeHTTPError(w, http.StatusRequestEntityTooLarge, ID{}, tooLarge(limit))
+			return
+		}
+		writeHTTPError(w, http.StatusBadRequest, ID{}, errorf(CodeParseError, "reading the body: %v", err))
+		return
+	}
+	m, derr := decode(body)
+	if derr != nil {
+		writeHTTPError(w, http.StatusBadRequest, derr.ID, derr.Err)
+		return
+	}
+	if m == nil { // a notification with unusable params: nothing to do
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	headerVersion := r.Header.Get(headerProtocolVersion)
+	if headerVersion != "" && !isSupportedVersion(headerVersion) {
+		writeHTTPError(w, http.StatusBadRequest, m.ID, unsupportedVersion(headerVersion))
+		return
+	}
+	era, eraErr := readEra(m.Params)
+	if !m.isRequest() && isStateless(headerVersion) {
+		w.WriteHeader(http.StatusAccepted) // stateless: no session to tell
+		return
+	}
+	if m.isRequest() {
+		if eraErr != nil {
+			writeHTTPError(w, http.StatusBadRequest, m.ID, eraErr)
+			return
+		}
+		if era.stateless || isStateless(headerVersion) {
+			h.postStateless(w, r, m, era, headerVersion)
+			return
+		}
+	}
+
+	// Handshake era.
+	sid := r.Header.Get(headerSessionID)
+	var hs *httpSession
+	switch {
+	case m.Method == "initialize" && m.isRequest():
+		hs, err = h.newSession(r.Context())
+		if err != nil {
+			writeHTTPError(w, http.StatusServiceUnavailable, m.ID, errorf(CodeInternalError, "%v", err))
+			return
+		}
+	case sid == "" && m.isRequest() && methods[m.Method].legacy:
+		// The seed's aliases need no session: a one-request session.
+		ss := h.s.newSession(r.Context(), "http", nil)
+		defer ss.close()
+		h.serveRequest(w, r, ss, m)
+		return
+	case sid == "":
+		writeHTTPError(w, http.StatusBadRequest, m.ID, errorf(CodeInvalidRequest, "missing Mcp-Session-Id header: send initialize first"))
+		return
+	default:
+		if hs = h.lookup(sid); hs == nil {
+			writeHTTPError(w, http.StatusNotFound, m.ID, errorf(CodeInvalidRequest, "session not found (unknown or ended): initialize a new one"))
+			return
+		}
+	}
+	hs.mu.Lock()
+	hs.active++
+	hs.lastUsed = time.Now()
+	hs.mu.Unlock()
+	defer func() {
+		hs.mu.Lock()
+		hs.active--
+		hs.lastUsed = time.Now()
+		hs.mu.Unlock()
+	}()
+	if !m.isRequest() {
+		hs.ss.receive(m, nil)
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	if m.Method == "initialize" {
+		w.Header().Set(headerSessionID, hs.ss.id)
+		if !h.serveRequest(w, r, hs.ss, m) {
+			h.remove(hs.ss.id) // initialize failed: no session
+		}
+		return
+	}
+	h.serveRequest(w, r, hs.ss, m)
+}
+
+// postStateless serves a stateless-era request: its own one-request
+// session, the version and capabilities from _meta, the Mcp-Method and
+// Mcp-Name headers checked against the body.
+func (h *HTTPHandler) postStateless(w http.ResponseWriter, r *http.Request, m *message, era requestEra, headerVersion string) {
+	switch {
+	case !era.stateless:
+		writeHTTPError(w, http.StatusBadRequest, m.ID, errorf(CodeInvalidParams, "protocol %s requests carry _meta[%q] and _meta[%q]", headerVersion, MetaProtocolVersion, MetaClientCapabilities))
+		return
+	case headerVersion != "" && headerVersion != era.version:
+		writeHTTPError(w, http.StatusBadRequest, m.ID, errorf(CodeHeaderMismatch, "header mismatch: %s %q, body _meta version %q", headerProtocolVersion, headerVersion, era.version))
+		return
+	}
+	if got := r.Header.Get(headerMethod); got != m.Method {
+		writeHTTPError(w, http.StatusBadRequest, m.ID, errorf(CodeHeaderMismatch, "header mismatch: %s %q, body method %q", headerMethod, got, truncate(m.Method, 100)))
+		return
+	}
+	if key := nameKey(m.Method); key != "" {
+		var p map[string]json.RawMessage
+		_ = json.Unmarshal(m.Params, &p)
+		var name string
+		_ = json.Unmarshal(p[key], &name)
+		if got := decodeHeaderValue(r.Header.Get(headerName)); got != name {
+			writeHTTPError(w, http.StatusBadRequest, m.ID, errorf(CodeHeaderMismatch, "header mismatch: %s %q, body %s %q", headerName, truncate(got, 100), key, truncate(name, 100)))
+			return
+		}
+	}
+	if row, ok := methods[m.Method]; !ok || !row.stateless {
+		writeHTTPError(w, http.StatusNotFound, m.ID, errorf(CodeMethodNotFound, "method %s does not exist in protocol %s", truncate(m.Method, 100), era.version))
+		return
+	}
+	ss := h.s.newSession(r.Context(), "http", nil)
+	defer ss.close()
+	h.serveRequest(w, r, ss, m)
+}
+
+// nameKey is the params field that Mcp-Name mirrors.
+func nameKey(method string) string {
+	switch method {
+	case "tools/call", "prompts/get":
+		return "name"
+	case "resources/read":
+		return "uri"
+	}
+	return ""
+}
+
+// decodeHeaderValue undoes the =?base64?...?= form used for values that
+// are not plain ASCII.
+func decodeHeaderValue(v string) string {
+	if inner, ok := strings.CutPrefix(v, "=?base64?"); ok {
+		if inner, ok = strings.CutSuffix(inner, "?="); ok {
+			if b, err := base64.StdEncoding.DecodeString(inner); err == nil {
+				return string(b)
+			}
+		}
+	}
+	return v
+}
+
+// httpReplier collects the messages of one request: the first intermediate
+// message switches the response to SSE (if the client accepts it).
+type httpReplier struct {
+	msgs chan httpMsg
+	sse  bool
+}
+
+type httpMsg struct {
+	data  []byte
+	final bool
+}
+
+func (hr *httpReplier) send(msg []byte) error {
+	if !hr.sse {
+		return errors.New("the client does not accept text/event-stream, so the server cannot send it messages during a request")
+	}
+	hr.msgs <- httpMsg{data: msg}
+	return nil
+}
+
+func (hr *httpReplier) finish(msg []byte) { hr.msgs <- httpMsg{data: msg, final: true} }
+
+// serveRequest dispatches a request and writes its answer: application/json
+// when the response is all there is, text/event-stream when messages come
+// first. A client that disconnects cancels its request (no resumption is
+// offered, so nobody could collect the answer). It reports whether the
+// answer was a success.
+func (h *HTTPHandler) serveRequest(w http.ResponseWriter, r *http.Request, ss *Session, m *message) bool {
+	hr := &httpReplier{msgs: make(chan httpMsg, 16), sse: accepts(r, "text/event-stream")}
+	ss.receive(m, hr)
+	streaming := false
+	for {
+		select {
+		case <-r.Context().Done():
+			ss.cancelRequest(m.ID)
+			go drain(hr.msgs)
+			return false
+		case msg := <-hr.msgs:
+			if !streaming && msg.final {
+				if msg.data == nil {
+					w.WriteHeader(http.StatusAccepted)
+					return false
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.Write(append(msg.data, '\n'))
+				return isSuccess(msg.data)
+			}
+			if !streaming {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.Header().Set("Cache-Control", "no-cache")
+				w.WriteHeader(http.StatusOK)
+				streaming = true
+			}
+			if msg.data != nil {
+				writeSSE(w, msg.data)
+			}
+			if msg.final {
+				return isSuccess(msg.data)
+			}
+		}
+	}
+}
+
+func isSuccess(msg []byte) bool {
+	var r struct {
+		Result json.RawMessage `json:"result"`
+	}
+	return json.Unmarshal(msg, &r) == nil && r.Result != nil
+}
+
+// drain empties a request's queue after its client left, so the handler
+// never blocks on it.
+func drain(ch chan httpMsg) {
+	for m := range ch {
+		if m.final {
+			return
+		}
+	}
+}
+
+func writeSSE(w http.ResponseWriter, msg []byte) {
+	var b bytes.Buffer
+	b.WriteString("event: message\ndata: ")
+	b.Write(msg)
+	b.WriteString("\n\n")
+	w.Write(b.Bytes())
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (h *HTTPHandler) get(w http.ResponseWriter, r *http.Request) {
+	if !accepts(r, "text/event-stream") {
+		w.Header().Set("Allow", "POST, DELETE")
+		writeHTTPError(w, http.StatusMethodNotAllowed, ID{}, errorf(CodeInvalidRequest, "GET opens an SSE stream: send Accept: text/event-stream"))
+		return
+	}
+	sid := r.Header.Get(headerSessionID)
+	if sid == "" {
+		writeHTTPError(w, http.StatusBadRequest, ID{}, errorf(CodeInvalidRequest, "missing Mcp-Session-Id header"))
+		return
+	}
+	hs := h.lookup(sid)
+	if hs == nil {
+		writeHTTPError(w, http.StatusNotFound, ID{}, errorf(CodeInvalidRequest, "session not found (unknown or ended)"))
+		return
+	}
+	ch := make(chan []byte, 64)
+	hs.mu.Lock()
+	if hs.get != nil {
+		hs.mu.Unlock()
+		writeHTTPError(w, http.StatusConflict, ID{}, errorf(CodeInvalidRequest, "this session already has a GET stream open"))
+		return
+	}
+	hs.get = ch
+	hs.active++
+	hs.mu.Unlock()
+	defer func() {
+		hs.mu.Lock()
+		hs.get = nil
+		hs.active--
+		hs.lastUsed = time.Now()
+		hs.mu.Unlock()
+	}()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	keepalive := time.NewTicker(30 * time.Second)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-hs.ss.ctx.Done():
+			return
+		case msg := <-ch:
+			writeSSE(w, msg)
+		case <-keepalive.C:
+			io.WriteString(w, ": keepalive\n\n")
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+		}
+	}
+}
+
+func (h *HTTPHandler) delete(w http.ResponseWriter, r *http.Request) {
+	sid := r.Header.Get(headerSessionID)
+	if sid == "" {
+		writeHTTPError(w, http.StatusBadRequest, ID{}, errorf(CodeInvalidRequest, "missing Mcp-Session-Id header"))
+		return
+	}
+	if h.lookup(sid) == nil {
+		writeHTTPError(w, http.StatusNotFound, ID{}, errorf(CodeInvalidRequest, "session not found (unknown or ended)"))
+		return
+	}
+	h.remove(sid)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// newSessionID is 32 random bytes in base64url: visible ASCII, unguessable.
+func newSessionID() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func (h *HTTPHandler) newSession(_ context.Context) (*httpSession, error) {
+	h.sweep()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.sessions) >= h.opts.MaxSessions {
+		return nil, errors.New("too many sessions: end some with DELETE")
+	}
+	hs := &httpSession{lastUsed: time.Now()}
+	// The session outlives the initialize request: its context is the
+	// server's, not the request's.
+	hs.ss = h.s.newSession(context.Background(), "http", hs.notify)
+	hs.ss.id = newSessionID()
+	h.sessions[hs.ss.id] = hs
+	return hs, nil
+}
+
+func (h *HTTPHandler) lookup(id string) *httpSession {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[id]
+}
+
+func (h *HTTPHandler) remove(id string) {
+	h.mu.Lock()
+	hs := h.sessions[id]
+	delete(h.sessions, id)
+	h.mu.Unlock()
+	if hs != nil {
+		go hs.ss.close()
+	}
+}
+
+// sweep ends sessions idle for longer than SessionIdle.
+func (h *HTTPHandler) sweep() {
+	h.mu.Lock()
+	var idle []string
+	for id, hs := range h.sessions {
+		hs.mu.Lock()
+		if hs.active == 0 && time.Since(hs.lastUsed) > h.opts.SessionIdle {
+			idle = append(idle, id)
+		}
+		hs.mu.Unlock()
+	}
+	h.mu.Unlock()
+	for _, id := range idle {
+		h.remove(id)
+	}
+}
+
+// Close ends every HTTP session, cancelling their requests.
+func (h *HTTPHandler) Close() {
+	h.mu.Lock()
+	ids := make([]string, 0, len(h.sessions))
+	for id := range h.sessions {
+		ids = append(ids, id)
+	}
+	h.mu.Unlock()
+	for _, id := range ids {
+		h.remove(id)
+	}
+}
+
+// cancelRequest cancels a request in flight, as notifications/cancelled
+// would (used when its HTTP client disconnects).
+func (ss *Session) cancelRequest(id ID) {
+	ss.mu.Lock()
+	ex := ss.inflight[id]
+	ss.mu.Unlock()
+	if ex != nil && ex.method != "initialize" {
+		ex.cancelled.Store(true)
+		ex.cancel()
+	}
+}
