@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,40 +72,72 @@ type Runsc struct {
 	version  string
 }
 
-// NewRunsc checks the runsc binary and picks its platform.
-func NewRunsc(lc *Libcontainer, cfg RunscConfig) (*Runsc, error) {
-	if cfg.Seccomp == nil {
-		return nil, fmt.Errorf("%w: a seccomp filter is required", ErrRuntime)
-	}
-	path := cfg.Path
+// RunscInfo describes a runsc binary.
+type RunscInfo struct {
+	Path      string
+	Version   string   // first line of runsc --version
+	Platforms []string // the platforms it offers, sorted
+}
+
+// ProbeRunsc finds runsc (path or "runsc" from PATH) and asks it for its
+// version and platforms.
+func ProbeRunsc(path string) (RunscInfo, error) {
 	if path == "" {
 		path = "runsc"
 	}
 	p, err := exec.LookPath(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: runsc not found (apt-get install runsc): %w", ErrRuntime, err)
+		return RunscInfo{}, fmt.Errorf("%w: runsc not found (apt-get install runsc): %w", ErrRuntime, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ver, err := exec.CommandContext(ctx, p, "--version").Output()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s --version: %w", ErrRuntime, p, err)
+		return RunscInfo{}, fmt.Errorf("%w: %s --version: %w", ErrRuntime, p, err)
 	}
 	flags, _ := exec.CommandContext(ctx, p, "flags").CombinedOutput()
-	platforms := runscPlatforms(string(flags))
-	platform := cfg.Platform
-	switch {
-	case platform == "kvm" && !cfg.AllowKVM:
-		return nil, fmt.Errorf("%w: runsc platform kvm needs an explicit opt-in (it hangs on hosts that cannot run it)", ErrInvalidRequest)
-	case platform == "" && platforms["systrap"]:
-		platform = "systrap"
-	case platform == "":
-		platform = "ptrace"
-	case !platforms[platform]:
-		return nil, fmt.Errorf("%w: this runsc has no platform %q", ErrInvalidRequest, platform)
-	}
 	v, _, _ := strings.Cut(strings.TrimSpace(string(ver)), "\n")
-	return &Runsc{lc: lc, seccomp: cfg.Seccomp, path: p, platform: platform, version: v}, nil
+	var platforms []string
+	for name := range runscPlatforms(string(flags)) {
+		platforms = append(platforms, name)
+	}
+	slices.Sort(platforms)
+	return RunscInfo{Path: p, Version: v, Platforms: platforms}, nil
+}
+
+// ChoosePlatform applies RunscConfig's rules (systrap when offered, else
+// ptrace; kvm only on request) to what this runsc offers.
+func (i RunscInfo) ChoosePlatform(cfg RunscConfig) (string, error) {
+	offered := i.Platforms
+	has := func(p string) bool { return slices.Contains(offered, p) }
+	switch p := cfg.Platform; {
+	case p == "kvm" && !cfg.AllowKVM:
+		return "", fmt.Errorf("%w: runsc platform kvm needs an explicit opt-in (it hangs on hosts that cannot run it)", ErrInvalidRequest)
+	case p == "" && has("systrap"):
+		return "systrap", nil
+	case p == "":
+		return "ptrace", nil
+	case !has(p):
+		return "", fmt.Errorf("%w: this runsc has no platform %q (it has %s)", ErrInvalidRequest, p, strings.Join(offered, ", "))
+	default:
+		return p, nil
+	}
+}
+
+// NewRunsc checks the runsc binary and picks its platform.
+func NewRunsc(lc *Libcontainer, cfg RunscConfig) (*Runsc, error) {
+	if cfg.Seccomp == nil {
+		return nil, fmt.Errorf("%w: a seccomp filter is required", ErrRuntime)
+	}
+	info, err := ProbeRunsc(cfg.Path)
+	if err != nil {
+		return nil, err
+	}
+	platform, err := info.ChoosePlatform(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Runsc{lc: lc, seccomp: cfg.Seccomp, path: info.Path, platform: platform, version: info.Version}, nil
 }
 
 var platformHelp = regexp.MustCompile(`(?m)-platform string\s*\n\s*specifies which platform to use: ([^\n]*)`)

@@ -141,3 +141,16 @@ func TestDoctorJSON(t *testing.T) {
 		t.Errorf("exit %d but ok=%v", code, rep.OK)
 	}
 }
+
+// --isolation gvisor runs the program on gVisor's kernel, which reports
+// itself as Linux 4.4.0; runc runs show the host's kernel.
+func TestRunIsolationGVisor(t *testing.T) {
+	code, out, errOut := cli(t, "", "run", "--isolation", "gvisor", "--lang", "sh", "--code", "uname -r")
+	if code != 0 || out != "4.4.0\n" {
+		t.Errorf("got exit %d stdout %q stderr %q, want gVisor's 4.4.0", code, out, errOut)
+	}
+	code, _, errOut = cli(t, "", "run", "--isolation", "qemu", "--lang", "sh", "--code", "true")
+	if code != exitInternal || !strings.Contains(errOut, "unknown isolation") {
+		t.Errorf("unknown isolation: exit %d stderr %q", code, errOut)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
+	"github.com/sandcell/sandcell/seccomp"
 )
 
 // benchCase is one workload, run with the same argv in every runner.
@@ -69,7 +70,82 @@ func cmdBench(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintln(env.stdout, row)
 	}
 	fmt.Fprintf(env.stdout, "\n%d iterations each, interleaved (bare, sandcell, runc CLI in turn); times in ms.\n", *n)
+	if gv, err := a.gvisor(); err != nil {
+		fmt.Fprintf(env.stderr, "sandcell bench: skipping gVisor: %v\n", err)
+	} else {
+		row, err := benchGVisor(ctx, a, gv, benchCases[1], max(*n/5, 5))
+		if err != nil {
+			return env.fail(fmt.Errorf("bench gvisor: %w", err))
+		}
+		fmt.Fprintf(env.stdout, "\n| gVisor (%s) | sandcell p50 | runsc CLI p50 | sandcell / runsc CLI |\n|---|---|---|---|\n%s\n", gv.Platform(), row)
+	}
 	return 0
+}
+
+// benchGVisor compares a sandcell run with isolation gvisor against the
+// runsc CLI running the same bundle with the same flags, interleaved.
+func benchGVisor(ctx context.Context, a *app, gv *oci.Runsc, bc benchCase, n int) (string, error) {
+	lang, err := rootfs.Lookup(bc.lang)
+	if err != nil {
+		return "", err
+	}
+	root, err := a.store.Root(lang)
+	if err != nil {
+		return "", err
+	}
+	lim, _, err := limits.Resolve(a.cfg.Defaults, a.cfg.Ceilings, limits.Set{})
+	if err != nil {
+		return "", err
+	}
+	req := &oci.Request{Root: root, Args: bc.args, Env: lang.Env, Limits: lim}
+	filter, err := seccomp.GVisorProfile()
+	if err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(a.cfg.StateDir, a.rt.Instance()), "bench-gvisor-")
+	if err != nil {
+		return "", err
+	}
+	// The mapped container root (runsc's gofer) must reach the bundle.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	var sc, cli []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		res, err := oci.Run(ctx, gv, req)
+		if err != nil || res.Status != oci.StatusOK {
+			return "", fmt.Errorf("sandcell run: %v %s %s", err, res.Status, res.Stderr)
+		}
+		sc = append(sc, time.Since(start))
+
+		dir := filepath.Join(tmp, strconv.Itoa(i))
+		work := filepath.Join(dir, "work")
+		if err := os.MkdirAll(work, 0o755); err != nil {
+			return "", err
+		}
+		spec, err := oci.Spec(req, oci.Host{WorkDir: work, UIDBase: uint32(a.cfg.UIDBase), Seccomp: filter})
+		if err != nil {
+			return "", err
+		}
+		bundle := filepath.Join(dir, "bundle")
+		if err := oci.WriteBundle(bundle, spec); err != nil {
+			return "", err
+		}
+		id := fmt.Sprintf("sandcell-bench-gv-%d-%d", os.Getpid(), i)
+		start = time.Now()
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		out, err := exec.CommandContext(rctx, gv.Path(), "--root", filepath.Join(dir, "state"), "--platform", gv.Platform(),
+			"--network", "none", "--oci-seccomp", "--ignore-cgroups", "run", "--bundle", bundle, id).CombinedOutput()
+		cancel()
+		if err != nil {
+			return "", fmt.Errorf("runsc run: %w: %s", err, out)
+		}
+		cli = append(cli, time.Since(start))
+	}
+	s50, c50 := pct(sc, 50), pct(cli, 50)
+	return fmt.Sprintf("| %s `%s` (%d runs each) | %s | %s | %.2fx |", bc.lang, strings.Join(bc.args, " "), n, ms(s50), ms(c50), float64(s50)/float64(c50)), nil
 }
 
 func benchOne(ctx context.Context, a *app, bc benchCase, n int, runcPath string) (string, error) {
@@ -86,7 +162,7 @@ func benchOne(ctx context.Context, a *app, bc benchCase, n int, runcPath string)
 		return "", err
 	}
 	req := &oci.Request{Root: root, Args: bc.args, Env: lang.Env, Limits: lim}
-	tmp, err := os.MkdirTemp("", "sandcell-bench-")
+	tmp, err := os.MkdirTemp(filepath.Join(a.cfg.StateDir, a.rt.Instance()), "bench-")
 	if err != nil {
 		return "", err
 	}

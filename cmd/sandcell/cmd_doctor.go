@@ -103,10 +103,14 @@ func doctorChecks(ctx context.Context, cfg Config) []check {
 	cs = append(cs, check{Name: "overlayfs", Required: false, OK: strings.Contains(string(fsys), "\toverlay\n"),
 		Detail: "for shared read-only layers", Fix: "modprobe overlay"})
 
-	runsc := check{Name: "runsc", Required: false, Detail: "gVisor isolation (optional)", Fix: "apt-get install runsc"}
-	if p, err := exec.LookPath("runsc"); err == nil {
-		runsc.OK = true
-		runsc.Detail = p + " " + commandVersion(ctx, p, "--version")
+	runsc := check{Name: "runsc", Required: cfg.Isolation == "gvisor", Detail: "gVisor isolation (--isolation gvisor)", Fix: "apt-get install runsc"}
+	if info, err := oci.ProbeRunsc(cfg.Runsc); err == nil {
+		platform, perr := info.ChoosePlatform(oci.RunscConfig{Platform: cfg.RunscPlatform, AllowKVM: cfg.RunscAllowKVM})
+		runsc.OK = perr == nil
+		runsc.Detail = fmt.Sprintf("%s, %s, platforms %s, using %s", info.Path, info.Version, strings.Join(info.Platforms, "/"), platform)
+		if perr != nil {
+			runsc.Detail, runsc.Fix = perr.Error(), "choose --runsc-platform from: "+strings.Join(info.Platforms, ", ")
+		}
 	}
 	cs = append(cs, runsc)
 

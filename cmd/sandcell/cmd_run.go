@@ -25,6 +25,7 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) int {
 	fs.SetOutput(env.stderr)
 	var (
 		lang, code, stdinPath string
+		isolation             string
 		asJSON                bool
 		envs                  multiFlag
 		req                   limits.Set
@@ -33,6 +34,7 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) int {
 	fs.StringVar(&code, "code", "", "program source (instead of FILE)")
 	fs.StringVar(&stdinPath, "stdin", "", "file to give as standard input, or - for this process's stdin")
 	fs.BoolVar(&asJSON, "json", false, "print the result object as JSON")
+	fs.StringVar(&isolation, "isolation", "", "runc or gvisor (default: the global --isolation, runc)")
 	fs.Var(&envs, "env", "KEY=VALUE added to the program's environment (repeatable)")
 	fs.DurationVar(&req.Timeout, "timeout", 0, "wall-clock limit, e.g. 5s (default 10s)")
 	fs.DurationVar(&req.CPUTime, "cpu-time", 0, "CPU-time limit, e.g. 2s (default 10s)")
@@ -79,7 +81,7 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) int {
 		return env.fail(err)
 	}
 	defer a.Close()
-	res, notes, err := a.execute(ctx, execRequest{Language: lang, Source: source, Stdin: stdin, Env: envs, Limits: req})
+	res, notes, err := a.execute(ctx, execRequest{Language: lang, Source: source, Stdin: stdin, Env: envs, Limits: req, Isolation: isolation})
 	for _, n := range notes {
 		env.log.Warn("limit clamped", "note", n)
 	}

@@ -183,10 +183,11 @@ type executor struct{ a *app }
 
 func (e executor) Execute(ctx context.Context, req mcp.ExecuteRequest) (mcp.ExecuteResult, error) {
 	res, notes, err := e.a.execute(ctx, execRequest{
-		Language: req.Language,
-		Source:   req.Source,
-		Stdin:    req.Stdin,
-		Limits:   req.Limits,
+		Language:  req.Language,
+		Source:    req.Source,
+		Stdin:     req.Stdin,
+		Limits:    req.Limits,
+		Isolation: req.Isolation,
 	})
 	for _, n := range notes {
 		e.a.log.Info("limit clamped", "note", n)

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -33,6 +36,15 @@ type Config struct {
 	MaxPids   int64
 	// UIDBase is the first host uid of the sandboxes' id range.
 	UIDBase uint
+	// Isolation is the backend a run gets when it does not choose one:
+	// "runc" (libcontainer in-process) or "gvisor" (runsc).
+	Isolation string
+	// Runsc is the runsc binary (default: runsc from PATH); RunscPlatform
+	// its platform (default: systrap when offered, else ptrace; kvm only
+	// with RunscAllowKVM, as it hangs on hosts that cannot run it).
+	Runsc         string
+	RunscPlatform string
+	RunscAllowKVM bool
 	// Defaults are the limits a run gets when it asks for nothing;
 	// Ceilings bound what a run may ask for.
 	Defaults limits.Set
@@ -47,6 +59,7 @@ func DefaultConfig() Config {
 		CgroupParent: "/sandcell",
 		MaxPids:      16384,
 		UIDBase:      100000,
+		Isolation:    "runc",
 		Defaults:     limits.Defaults(),
 		Ceilings:     limits.Ceilings(),
 	}
@@ -63,6 +76,10 @@ func (c *Config) addFlags(fs *flag.FlagSet) {
 		return err
 	})
 	fs.Int64Var(&c.MaxPids, "max-pids", c.MaxPids, "pids ceiling for all sandboxes together")
+	fs.StringVar(&c.Isolation, "isolation", c.Isolation, "default isolation of a run: runc or gvisor")
+	fs.StringVar(&c.Runsc, "runsc", c.Runsc, "runsc binary for --isolation gvisor (default: from PATH)")
+	fs.StringVar(&c.RunscPlatform, "runsc-platform", c.RunscPlatform, "gVisor platform (default: systrap if offered, else ptrace)")
+	fs.BoolVar(&c.RunscAllowKVM, "runsc-allow-kvm", c.RunscAllowKVM, "allow --runsc-platform kvm (it hangs on hosts that cannot run it)")
 }
 
 // Validate checks the configuration.
@@ -73,6 +90,9 @@ func (c *Config) Validate() error {
 	if c.UIDBase == 0 || c.UIDBase > 1<<32-1-65536 {
 		return fmt.Errorf("--uid-base %d: must be between 1 and %d", c.UIDBase, uint64(1<<32-1-65536))
 	}
+	if !slices.Contains(isolations, c.Isolation) {
+		return fmt.Errorf("--isolation %q: must be one of %s", c.Isolation, strings.Join(isolations, ", "))
+	}
 	if err := c.Defaults.Validate(); err != nil {
 		return fmt.Errorf("default limits: %w", err)
 	}
@@ -82,6 +102,9 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// isolations are the backends a run can choose.
+var isolations = []string{"runc", "gvisor"}
+
 // app is the wired sandbox: runtime, layer store, cgroup parent.
 type app struct {
 	cfg    Config
@@ -90,6 +113,11 @@ type app struct {
 	parent *limits.Parent
 	filter *specs.LinuxSeccomp
 	rt     *oci.Libcontainer
+	// The gVisor backend is made on first use (probing runsc costs tens
+	// of milliseconds that runc runs should not pay).
+	gvOnce sync.Once
+	gv     *oci.Runsc // nil when runsc is not usable; gvErr says why
+	gvErr  error
 }
 
 // openApp wires the runtime and removes what a killed server left behind.
@@ -128,6 +156,12 @@ func openApp(cfg Config, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Isolation == "gvisor" {
+		if _, err := a.gvisor(); err != nil {
+			a.rt.Close()
+			return nil, fmt.Errorf("--isolation gvisor: %w", err)
+		}
+	}
 	if removed, err := a.rt.Recover(); err != nil {
 		log.Warn("start-up cleanup incomplete", "err", err)
 	} else if len(removed) > 0 {
@@ -140,6 +174,39 @@ func openApp(cfg Config, log *slog.Logger) (*app, error) {
 }
 
 func (a *app) Close() error { return a.rt.Close() }
+
+// gvisor returns the gVisor backend, making it on first use.
+func (a *app) gvisor() (*oci.Runsc, error) {
+	a.gvOnce.Do(func() {
+		gf, err := seccomp.GVisorProfile()
+		if err != nil {
+			a.gvErr = err
+			return
+		}
+		a.gv, a.gvErr = oci.NewRunsc(a.rt, oci.RunscConfig{Path: a.cfg.Runsc, Platform: a.cfg.RunscPlatform, AllowKVM: a.cfg.RunscAllowKVM, Seccomp: gf})
+	})
+	return a.gv, a.gvErr
+}
+
+// runtime returns the backend for an isolation level ("" is the server's
+// default).
+func (a *app) runtime(isolation string) (oci.Runtime, error) {
+	if isolation == "" {
+		isolation = a.cfg.Isolation
+	}
+	switch isolation {
+	case "runc":
+		return a.rt, nil
+	case "gvisor":
+		gv, err := a.gvisor()
+		if err != nil {
+			return nil, fmt.Errorf("%w: isolation gvisor is not available on this server: %v", oci.ErrInvalidRequest, err)
+		}
+		return gv, nil
+	default:
+		return nil, fmt.Errorf("%w: unknown isolation %q (known: %s)", oci.ErrInvalidRequest, isolation, strings.Join(isolations, ", "))
+	}
+}
 
 // hostMemory is MemTotal from /proc/meminfo in bytes (1 GiB if unreadable).
 func hostMemory() int64 {

@@ -16,17 +16,22 @@ const maxSourceBytes = 4 << 20
 // execRequest is one "run this source in that language" request, as the CLI
 // (and later the MCP tools) receive it.
 type execRequest struct {
-	Language string
-	Source   []byte
-	Stdin    []byte // nil: /dev/null
-	Env      []string
-	Limits   limits.Set // zero fields: server defaults
+	Language  string
+	Source    []byte
+	Stdin     []byte // nil: /dev/null
+	Env       []string
+	Limits    limits.Set // zero fields: server defaults
+	Isolation string     // "runc", "gvisor", or "" for the server's default
 }
 
 // execute resolves the language and limits, builds the oci request and runs
 // it. notes are the limit adjustments made (clamped to ceilings).
 func (a *app) execute(ctx context.Context, er execRequest) (oci.Result, []string, error) {
 	lang, err := rootfs.Lookup(er.Language)
+	if err != nil {
+		return oci.Result{}, nil, err
+	}
+	rt, err := a.runtime(er.Isolation)
 	if err != nil {
 		return oci.Result{}, nil, err
 	}
@@ -49,6 +54,6 @@ func (a *app) execute(ctx context.Context, er execRequest) (oci.Result, []string
 		Files:  []oci.File{{Path: lang.Source, Data: er.Source, Mode: 0o644}},
 		Limits: lim,
 	}
-	res, err := oci.Run(ctx, a.rt, req)
+	res, err := oci.Run(ctx, rt, req)
 	return res, notes, err
 }
