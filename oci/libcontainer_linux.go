@@ -280,16 +280,7 @@ func (c *lcContainer) Start(ctx context.Context) error {
 // Wait enforces the wall clock, the output caps and cancellation, then
 // reads the cgroup's counters and decides the verdict.
 func (c *lcContainer) Wait(ctx context.Context) Result {
-	if c.started.IsZero() {
-		return internalError(errors.New("Wait called before Start"))
-	}
-	stop, err := c.await(ctx, c.kill)
-	if err != nil {
-		return internalError(err)
-	}
-	usage := c.usage()
-	usage.CPUTime = max(usage.CPUTime-c.cpuBase, 0)
-	return c.result(stop, usage)
+	return c.finish(ctx, c.kill, c.usage, c.cpuBase)
 }
 
 // usage reads the run's counters from its cgroup, or from rusage when the

@@ -149,6 +149,22 @@ func (r *run) await(ctx context.Context, kill func()) (stopReason, error) {
 	return stop, nil
 }
 
+// finish is a backend's Wait: it waits for the end (see await), reads the
+// usage counters, takes off the CPU time used before the program ran, and
+// decides the verdict.
+func (r *run) finish(ctx context.Context, kill func(), usage func() limits.Usage, cpuBase time.Duration) Result {
+	if r.started.IsZero() {
+		return internalError(errors.New("Wait called before Start"))
+	}
+	stop, err := r.await(ctx, kill)
+	if err != nil {
+		return internalError(err)
+	}
+	u := usage()
+	u.CPUTime = max(u.CPUTime-cpuBase, 0)
+	return r.result(stop, u)
+}
+
 // result waits for the streams to close and decides the verdict.
 func (r *run) result(stop stopReason, usage limits.Usage) Result {
 	out, outTrunc := r.stdout.wait()

@@ -340,16 +340,7 @@ func (c *gvContainer) Start(ctx context.Context) error {
 
 // Wait enforces the limits like the libcontainer backend does.
 func (c *gvContainer) Wait(ctx context.Context) Result {
-	if c.started.IsZero() {
-		return internalError(errors.New("Wait called before Start"))
-	}
-	stop, err := c.await(ctx, c.kill)
-	if err != nil {
-		return internalError(err)
-	}
-	usage := c.usage()
-	usage.CPUTime = max(usage.CPUTime-c.cpuBase, 0)
-	res := c.result(stop, usage)
+	res := c.finish(ctx, c.kill, c.usage, c.cpuBase)
 	// runsc reports its own failures (a sentry that could not start or
 	// crashed) with a status that is not the program's.
 	if res.Status == StatusError && res.ExitCode == 128 && res.Signal == "" && strings.Contains(res.Stderr, "running container:") {

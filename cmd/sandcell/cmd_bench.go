@@ -85,29 +85,16 @@ func cmdBench(ctx context.Context, env *cliEnv, args []string) int {
 // benchGVisor compares a sandcell run with isolation gvisor against the
 // runsc CLI running the same bundle with the same flags, interleaved.
 func benchGVisor(ctx context.Context, a *app, gv *oci.Runsc, bc benchCase, n int) (string, error) {
-	lang, err := rootfs.Lookup(bc.lang)
+	req, err := benchRequest(a, bc)
 	if err != nil {
 		return "", err
 	}
-	root, err := a.store.Root(lang)
-	if err != nil {
-		return "", err
-	}
-	lim, _, err := limits.Resolve(a.cfg.Defaults, a.cfg.Ceilings, limits.Set{})
-	if err != nil {
-		return "", err
-	}
-	req := &oci.Request{Root: root, Args: bc.args, Env: lang.Env, Limits: lim}
 	filter, err := seccomp.GVisorProfile()
 	if err != nil {
 		return "", err
 	}
-	tmp, err := os.MkdirTemp(filepath.Join(a.cfg.StateDir, a.rt.Instance()), "bench-gvisor-")
+	tmp, err := benchDir(a)
 	if err != nil {
-		return "", err
-	}
-	// The mapped container root (runsc's gofer) must reach the bundle.
-	if err := os.Chmod(tmp, 0o711); err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
@@ -149,20 +136,11 @@ func benchGVisor(ctx context.Context, a *app, gv *oci.Runsc, bc benchCase, n int
 }
 
 func benchOne(ctx context.Context, a *app, bc benchCase, n int, runcPath string) (string, error) {
-	lang, err := rootfs.Lookup(bc.lang)
+	req, err := benchRequest(a, bc)
 	if err != nil {
 		return "", err
 	}
-	root, err := a.store.Root(lang)
-	if err != nil {
-		return "", err
-	}
-	lim, _, err := limits.Resolve(a.cfg.Defaults, a.cfg.Ceilings, limits.Set{})
-	if err != nil {
-		return "", err
-	}
-	req := &oci.Request{Root: root, Args: bc.args, Env: lang.Env, Limits: lim}
-	tmp, err := os.MkdirTemp(filepath.Join(a.cfg.StateDir, a.rt.Instance()), "bench-")
+	tmp, err := benchDir(a)
 	if err != nil {
 		return "", err
 	}
@@ -171,9 +149,9 @@ func benchOne(ctx context.Context, a *app, bc benchCase, n int, runcPath string)
 	for i := 0; i < n; i++ {
 		start := time.Now()
 		cmd := exec.CommandContext(ctx, bc.args[0], bc.args[1:]...)
-		cmd.Env = lang.Env
+		cmd.Env = req.Env
 		cmd.Dir = "/"
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: req.Root}
 		if err := cmd.Run(); err != nil {
 			return "", fmt.Errorf("bare %v: %w", bc.args, err)
 		}
@@ -203,6 +181,34 @@ func benchOne(ctx context.Context, a *app, bc benchCase, n int, runcPath string)
 		row += fmt.Sprintf(" - | %s | - |", ms(s50-b50))
 	}
 	return row, nil
+}
+
+// benchRequest is the oci request of a bench case, with default limits.
+func benchRequest(a *app, bc benchCase) (*oci.Request, error) {
+	lang, err := rootfs.Lookup(bc.lang)
+	if err != nil {
+		return nil, err
+	}
+	root, err := a.store.Root(lang)
+	if err != nil {
+		return nil, err
+	}
+	lim, _, err := limits.Resolve(a.cfg.Defaults, a.cfg.Ceilings, limits.Set{})
+	if err != nil {
+		return nil, err
+	}
+	return &oci.Request{Root: root, Args: bc.args, Env: lang.Env, Limits: lim}, nil
+}
+
+// benchDir makes a directory for the CLI runners' bundles inside this
+// instance's state directory (removed with it after a crash), which the
+// mapped container root can traverse.
+func benchDir(a *app) (string, error) {
+	dir, err := os.MkdirTemp(filepath.Join(a.cfg.StateDir, a.rt.Instance()), "bench-")
+	if err != nil {
+		return "", err
+	}
+	return dir, os.Chmod(dir, 0o711)
 }
 
 // runcOnce runs the same spec with the runc CLI from a bundle directory. The
