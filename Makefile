@@ -16,7 +16,7 @@ export PATH := $(PATH):/usr/local/go/bin
 .PHONY: help deps build layers run test root-test unit bench lint golden clean
 
 help: ## list the targets
-	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN{FS=":.*## "} /^[a-z0-9-]+:.*## /{printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 deps: ## install the Debian packages that are missing (apt-get)
 	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
@@ -61,6 +61,10 @@ golden: ## refresh golden files (review the diff!)
 clean: ## remove build outputs (not the layer store)
 	rm -rf bin
 
+.PHONY: test-cgroupv2
+test-cgroupv2: deps build layers ## cgroup v2 lane: the cgroup tests in a qemu VM on Debian's 6.1 kernel (testdata/vm)
+	$(SUDO) env PATH="$(PATH)" GO="$(GO)" SANDCELL_LAYER_DIR="$(LAYER_DIR)" ./testdata/vm/run.sh
+
 .PHONY: conformance-deps test-mcp
 # npm install, not npm ci: vite (under the Inspector) names an optional
 # Windows-only package that the registry here does not serve, so the lock
@@ -77,3 +81,20 @@ test-mcp: deps build layers conformance-deps ## only the MCP layer: protocol tes
 	$(GO) test -count=1 ./mcp
 	$(MCP_FUZZ)
 	$(CONFORMANCE)
+
+# A current gVisor runsc (systrap platform), built from the Go module proxy.
+# It must be static (CGO_ENABLED=0 on the recipe line overrides the export
+# above): a cgo build cannot exec its umounter after pivot_root into an empty
+# root (testdata/runsc/README.md). Not preferred yet: use it with
+# `sandcell --runsc $(RUNSC_DIR)/runsc`; LINK=1 also installs it as
+# /usr/local/bin/runsc, which then shadows Debian's.
+RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
+RUNSC_DIR     := /var/lib/sandcell/runsc
+.PHONY: runsc
+runsc: ## build a current, static gVisor runsc (systrap) into /var/lib/sandcell/runsc
+	mkdir -p $(RUNSC_DIR)
+	CGO_ENABLED=0 GOBIN=$(RUNSC_DIR) $(GO) install -trimpath \
+		-ldflags '-s -w -X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_VERSION)' \
+		gvisor.dev/gvisor/runsc@$(RUNSC_VERSION)
+	$(RUNSC_DIR)/runsc --version | grep -q '$(RUNSC_VERSION)'
+	if [ "$(LINK)" = 1 ]; then install -m 0755 $(RUNSC_DIR)/runsc /usr/local/bin/runsc; fi

@@ -265,7 +265,7 @@ func (p *Parent) killAll(id string, dirs []string) error {
 	}
 	self := os.Getpid()
 	signalled := make(map[int]bool) // log each pid once, however many rounds it takes
-	for {
+	for round := 0; ; round++ {
 		thaw := p.freeze(id, dirs)
 		pids, err := readProcs(dirs)
 		if err != nil {
@@ -275,6 +275,12 @@ func (p *Parent) killAll(id string, dirs []string) error {
 		if len(pids) == 0 {
 			thaw()
 			return nil
+		}
+		// Give up only on a fresh read after at least one round: a slow
+		// round must not report processes it has just killed.
+		if round > 0 && time.Now().After(deadline) {
+			thaw()
+			return fmt.Errorf("%w: %s still has %d processes after SIGKILL", ErrBusy, id, len(pids))
 		}
 		killable := 0
 		for _, pid := range pids {
@@ -294,9 +300,6 @@ func (p *Parent) killAll(id string, dirs []string) error {
 		thaw()
 		if killable == 0 {
 			return fmt.Errorf("%w: %s holds init or this process (pids %v): refusing to kill", ErrBusy, id, pids)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %s still has %d processes after SIGKILL", ErrBusy, id, len(pids))
 		}
 		time.Sleep(p.ops.poll)
 	}

@@ -53,7 +53,11 @@ type Usage struct {
 	MemoryPeakBytes uint64
 	// CPUTime is the CPU time used by every process of the run, user and system.
 	CPUTime time.Duration
-	// PidsMaxHits counts forks that failed because the pids limit was reached.
+	// PidsMaxHits counts forks that failed because the pids limit was
+	// reached. Forks refused by the run's own limit always count; forks
+	// refused by the parent's ceiling count here on v1 and on v2 before
+	// Linux 6.11 (or with pids_localevents), and since 6.11 only in the
+	// parent's pids.events (upstream commit 385a635cacfe).
 	PidsMaxHits uint64
 	// Missing names the counters this kernel or cgroup did not provide ("memory.peak",
 	// "memory.oom_control oom_kill", "cpuacct" for an absent controller path...); their fields

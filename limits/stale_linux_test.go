@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestRemoveStaleV1(t *testing.T) {
@@ -264,5 +265,28 @@ func TestChildPath(t *testing.T) {
 			}()
 			_ = p.ChildPath(id)
 		}()
+	}
+}
+
+// A kill round slower than the settle time must not report as busy the
+// processes it has just killed: giving up needs a fresh read of
+// cgroup.procs (seen under emulation in the cgroup v2 VM lane).
+func TestRemoveStaleSlowKill(t *testing.T) {
+	root := fakeV1(t, "memory", "pids")
+	for _, h := range []string{"memory", "pids"} {
+		writeFiles(t, filepath.Join(root, h, "sandcell", "a"), map[string]string{"cgroup.procs": procs(100, 101, 102)})
+	}
+	fo := newFakeOps(root)
+	ops := fo.ops()
+	slow := ops.kill
+	ops.kill = func(pid int) error {
+		time.Sleep(ops.settle / 2)
+		return slow(pid)
+	}
+	p := testParent(t, root, "/sandcell", Legacy, fo)
+	p.ops = ops
+	removed, err := p.RemoveStale(nil)
+	if err != nil || !reflect.DeepEqual(removed, []string{"a"}) {
+		t.Errorf("RemoveStale() = %q, %v; want [a], nil", removed, err)
 	}
 }

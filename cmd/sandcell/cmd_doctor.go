@@ -78,6 +78,12 @@ func doctorChecks(ctx context.Context, cfg Config) []check {
 
 	mode := limits.DetectMode()
 	cg := check{Name: "cgroups", Required: true, OK: mode != limits.Unavailable, Detail: "mode " + mode.String()}
+	switch mode {
+	case limits.Unified:
+		cg.Detail += " (cgroup v2)"
+	case limits.Legacy, limits.Hybrid:
+		cg.Detail += " (cgroup v1)"
+	}
 	if missing := missingControllers(mode); len(missing) > 0 {
 		cg.OK = false
 		cg.Detail += "; missing controllers: " + strings.Join(missing, ", ")
