@@ -6,7 +6,8 @@ BIN       := bin/sandcell
 # netgo/osusergo + -static: one self-contained binary (also for the VM lane).
 TAGS      := seccomp netgo osusergo
 LDFLAGS   := -s -w -extldflags=-static
-LAYER_DIR ?= /var/lib/sandcell/layers
+# sandcell home: the layer store lives in $(LAYER_DIR)/rootfs (rootfs.DefaultDir).
+LAYER_DIR ?= /var/lib/sandcell
 # Debian packages the build, the layers and the tests need.
 APT_PKGS  := gcc libc6-dev libseccomp-dev mmdebstrap busybox-static runc runsc
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -29,19 +30,20 @@ deps: ## install the Debian packages that are missing (apt-get)
 build: ## build ./bin/sandcell (cgo, -tags seccomp, static)
 	$(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/sandcell
 
-layers: build ## build the default language layers (sh, python) if missing
-	$(SUDO) ./$(BIN) --layer-dir $(LAYER_DIR) build sh python
+# SANDCELL_BUILD_ALL=1 (CI) builds every language of the catalogue.
+layers: build ## build the default language layers (sh, python; all with SANDCELL_BUILD_ALL=1) if missing
+	$(SUDO) ./$(BIN) --home $(LAYER_DIR) rootfs build $(if $(filter 1,$(SANDCELL_BUILD_ALL)),--all,sh python)
 
 run: deps build layers ## set up everything, then run a demo program in a sandbox
 	$(SUDO) ./$(BIN) doctor || true
 	@echo '--- demo: python in a fresh sandbox (--json) ---'
-	$(SUDO) ./$(BIN) --layer-dir $(LAYER_DIR) run --lang python --json \
+	$(SUDO) ./$(BIN) --home $(LAYER_DIR) run --lang python --json \
 		--code 'import os, platform; print("hello from", platform.python_version(), "as uid", os.getuid())'
 
 test: deps build layers conformance-deps ## every test; root tests run when root (CI is root)
 	$(GO) vet -tags '$(TAGS)' ./...
 	cd conformance && $(GO) vet ./...
-	SANDCELL_LAYER_DIR=$(LAYER_DIR) $(GO) test -tags '$(TAGS)' -count=1 -timeout 40m ./...
+	SANDCELL_LAYER_DIR=$(LAYER_DIR) SANDCELL_TEST_STORE=$(LAYER_DIR) $(GO) test -tags '$(TAGS)' -count=1 -timeout 60m ./...
 	$(MCP_FUZZ)
 	$(CONFORMANCE)
 
@@ -49,7 +51,7 @@ unit: ## fast tests only (-short: no layer builds, no containers)
 	$(GO) test -tags '$(TAGS)' -short ./...
 
 bench: build layers ## side-by-side start-up benchmark (medians), Markdown on stdout
-	$(SUDO) ./$(BIN) --layer-dir $(LAYER_DIR) bench -n 100
+	$(SUDO) ./$(BIN) --home $(LAYER_DIR) bench -n 100
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

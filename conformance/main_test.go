@@ -84,7 +84,7 @@ func layerDir() string {
 	if d := os.Getenv("SANDCELL_LAYER_DIR"); d != "" {
 		return d
 	}
-	return "/var/lib/sandcell/layers"
+	return "/var/lib/sandcell"
 }
 
 // sandcellCommand is `sandcell <global flags> serve ARGS...` with a

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/sandcell/sandcell/internal/testutil"
@@ -18,19 +19,28 @@ func init() {
 	oci.Init()
 }
 
+// layerStores are the stores layerRoot used, one per directory: a Store
+// caches the roots it found mounted.
+var layerStores sync.Map
+
+func layerStore(dir string) *rootfs.Store {
+	s, _ := layerStores.LoadOrStore(dir, &rootfs.Store{Dir: dir})
+	return s.(*rootfs.Store)
+}
+
 // layerRoot returns the built root filesystem of a language from the store
 // that `make layers` fills (SANDCELL_LAYER_DIR). In CI a missing layer fails.
 func layerRoot(t testing.TB, lang string) string {
 	t.Helper()
 	dir := os.Getenv("SANDCELL_LAYER_DIR")
 	if dir == "" {
-		dir = "/var/lib/sandcell/layers"
+		dir = rootfs.DefaultDir()
 	}
 	l, err := rootfs.Lookup(lang)
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := (&rootfs.Store{Dir: dir}).Root(l)
+	root, err := layerStore(dir).Root(l)
 	testutil.Require(t, err == nil, "layer %s: %v (make test builds it)", lang, err)
 	return root
 }

@@ -28,6 +28,9 @@ type Request struct {
 	Files []File
 	// Limits are the run's resolved limits (see limits.Resolve).
 	Limits limits.Set
+	// Collect asks for the files in /work after the program ended, in
+	// Result.Files: a compile phase's outputs, handed to the run phase.
+	Collect bool
 }
 
 // File is a file placed in the run's /work directory.

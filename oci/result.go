@@ -37,6 +37,15 @@ type Result struct {
 	// Message explains a status other than ok and error in one sentence
 	// (which limit, or what failed inside sandcell and how to fix it).
 	Message string `json:"message,omitempty"`
+	// Compile is the compile phase's result, for a compiled language. If
+	// it failed, the program did not run: the result is then the compile
+	// phase's (its output and status: error for a compile error, or
+	// timeout, memory_limit...) and CompileFailed is set.
+	Compile       *Result `json:"compile,omitempty"`
+	CompileFailed bool    `json:"compile_failed,omitempty"`
+	// Files are the files left in /work, when the request asked to
+	// Collect them. Not part of the JSON result.
+	Files []File `json:"-"`
 }
 
 // cleanText turns program output into valid UTF-8: invalid bytes become

@@ -20,10 +20,11 @@ import (
 // streams, the reasons to stop it and the verdict. A backend supplies how
 // to start, kill and reap the program.
 type run struct {
-	id     string
-	limits limits.Set
-	runDir string
-	work   string
+	id      string
+	limits  limits.Set
+	collect bool
+	runDir  string
+	work    string
 
 	stdin  []byte
 	stdinR *os.File // the program's end; nil means /dev/null
@@ -46,7 +47,7 @@ type run struct {
 // newRun makes the run's directory, its /work tmpfs with the request's
 // files, and the pipes for its streams.
 func newRun(id, runDir string, req *Request, uid, gid uint32) (_ *run, retErr error) {
-	r := &run{id: id, limits: req.Limits, runDir: runDir, stdin: req.Stdin,
+	r := &run{id: id, limits: req.Limits, collect: req.Collect, runDir: runDir, stdin: req.Stdin,
 		stop: make(chan stopReason, 1), exited: make(chan struct{})}
 	defer func() {
 		if retErr != nil {
@@ -174,7 +175,15 @@ func (r *run) result(stop stopReason, usage limits.Usage) Result {
 		stop = stopOutput
 	}
 	status, msg := verdict(r.exit, stop, usage, r.limits)
+	var files []File
+	if r.collect && status == StatusOK {
+		var err error
+		if files, err = collect(r.work, r.limits.TmpfsBytes); err != nil {
+			status, msg = StatusError, "collecting the compiled files from /work: "+err.Error()
+		}
+	}
 	return Result{
+		Files:           files,
 		Stdout:          cleanText(out),
 		Stderr:          cleanText(errb),
 		ExitCode:        r.exit.code,

@@ -4,17 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
+	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,75 +38,257 @@ var setupEnv = []string{
 	"HOME=/",
 }
 
-// build extracts lang's packages into tmp/root with mmdebstrap, runs the
-// setup steps in it, and finishes it into a layer.
-func (s *Store) build(ctx context.Context, lang Language, tmp string) (Manifest, error) {
+// layerBuilds counts layer builds in this process (tests check that
+// concurrent builders build once).
+var layerBuilds atomic.Int64
+
+// buildLayer builds the layer of recipe r (whose Lower are the ids of the
+// layers below it, top first) into a fresh directory under tmp/, moves it
+// to layers/<hex> and returns its manifest. If a layer with the same id is
+// there already (the same content built under another recipe), the new
+// build is dropped.
+func (s *Store) buildLayer(ctx context.Context, name string, r recipe, emit func(step string)) (m Manifest, err error) {
+	layerBuilds.Add(1)
+	start := time.Now()
+	tmp, err := s.newBuildDir(r.key())
+	if err != nil {
+		return Manifest{}, err
+	}
+	defer func() {
+		if err != nil {
+			if rmErr := removeTree(tmp); rmErr != nil {
+				s.log().Error("remove failed build", "layer", name, "dir", tmp, "err", rmErr)
+			}
+		}
+	}()
+	root := filepath.Join(tmp, "root")
+
+	var pkgs []Package
+	if r.Kind == KindSkeleton {
+		if err := writeSkeleton(root); err != nil {
+			return Manifest{}, fmt.Errorf("skeleton: %w", err)
+		}
+	} else {
+		emit("extract")
+		if pkgs, err = s.extract(ctx, name, r, tmp, root); err != nil {
+			return Manifest{}, err
+		}
+		if err := makeLinks(root, r.Links); err != nil {
+			return Manifest{}, err
+		}
+		emit("setup")
+		for _, argv := range r.Setup {
+			if err := s.setup(ctx, name, root, argv); err != nil {
+				return Manifest{}, err
+			}
+		}
+		emit("finish")
+		if err := s.finish(ctx, name, r, root); err != nil {
+			return Manifest{}, err
+		}
+	}
+	emit("hash")
+	return s.commitLayer(ctx, name, r, pkgs, tmp, start)
+}
+
+// newBuildDir makes a fresh, traversable build directory tmp/<key>-<random>.
+func (s *Store) newBuildDir(key string) (string, error) {
+	dir, err := s.dir()
+	if err != nil {
+		return "", err
+	}
+	if err := mkdirAll(filepath.Join(dir, tmpDir)); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(dir, tmpDir), key+"-")
+	if err != nil {
+		return "", err
+	}
+	// MkdirTemp makes 0700; the renamed layer must be traversable.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+// commitLayer hashes the finished layer tree tmp/root, writes its manifest
+// and moves tmp to layers/<hex>. The caller removes tmp on error.
+func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []Package, tmp string, start time.Time) (Manifest, error) {
+	dir, err := s.dir()
+	if err != nil {
+		return Manifest{}, err
+	}
+	tree, err := hashTree(ctx, filepath.Join(tmp, "root"))
+	if err != nil {
+		return Manifest{}, fmt.Errorf("hash layer: %w", err)
+	}
+	m := Manifest{
+		Format:   storeFormat,
+		ID:       layerID(r, pkgs),
+		Kind:     r.Kind,
+		Recipe:   r.key(),
+		Suite:    r.Suite,
+		Packages: pkgs,
+		Setup:    r.Setup,
+		Lower:    r.Lower,
+		Tree:     tree,
+		Bytes:    tree.Bytes,
+	}
+	if r.Kind == KindLanguage {
+		m.Language = name
+	}
+	m.Built = time.Now().UTC()
+	m.BuildSeconds = m.Built.Sub(start).Round(time.Millisecond).Seconds()
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return Manifest{}, err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, manifestName), append(data, '\n'), 0o644); err != nil {
+		return Manifest{}, err
+	}
+	// Make the layer durable before it gets its name, so a crash cannot
+	// leave a complete-looking but truncated layer.
+	if err := syncfs(tmp); err != nil {
+		return Manifest{}, err
+	}
+	dest := filepath.Join(dir, layersDir, hexID(m.ID))
+	if _, err := os.Lstat(dest); err == nil {
+		s.log().Info("identical layer exists", "layer", name, "id", m.ID)
+		if err := removeTree(tmp); err != nil {
+			return Manifest{}, err
+		}
+		return s.readManifest(hexID(m.ID))
+	}
+	if err := mkdirAll(filepath.Join(dir, layersDir)); err != nil {
+		return Manifest{}, err
+	}
+	if err := os.Rename(tmp, dest); err != nil {
+		return Manifest{}, err
+	}
+	return m, nil
+}
+
+// extract runs mmdebstrap's extract variant for r's packages into root and
+// returns the packages it extracted.
+func (s *Store) extract(ctx context.Context, name string, r recipe, tmp, root string) ([]Package, error) {
 	mmdebstrap, err := exec.LookPath("mmdebstrap")
 	if err != nil {
-		return Manifest{}, fmt.Errorf("%w (install it: apt-get install mmdebstrap)", err)
+		return nil, fmt.Errorf("%w (install it: apt-get install mmdebstrap)", err)
 	}
-	root := filepath.Join(tmp, "root")
 	list := filepath.Join(tmp, "packages.tsv")
-
 	args := []string{
 		"--mode=root",
 		"--variant=extract",
 		"--format=directory",
-		"--include=" + strings.Join(lang.Packages, ","),
+		"--include=" + strings.Join(r.Packages, ","),
 		"--extract-hook=" + listHook,
 		"--",
-		cat.Suite,
+		r.Suite,
 		root,
 	}
 	cmd := exec.CommandContext(ctx, mmdebstrap, append(args, s.Mirrors...)...)
 	cmd.Env = append(os.Environ(), "SANDCELL_PACKAGE_LIST="+list)
 	t0 := time.Now()
 	if err := s.run(ctx, cmd); err != nil {
-		return Manifest{}, fmt.Errorf("mmdebstrap: %w", err)
+		return nil, fmt.Errorf("mmdebstrap: %w", err)
 	}
-	s.log().Debug("extracted packages", "language", lang.Name, "duration", time.Since(t0).Round(time.Millisecond))
-
+	s.log().Debug("extracted packages", "layer", name, "duration", time.Since(t0).Round(time.Millisecond))
 	data, err := os.ReadFile(list)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("package list: %w", err)
+		return nil, fmt.Errorf("package list: %w", err)
 	}
 	pkgs, err := parsePackages(data)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("package list: %w", err)
+		return nil, fmt.Errorf("package list: %w", err)
 	}
-	if err := os.Remove(list); err != nil {
-		return Manifest{}, err
-	}
+	return pkgs, os.Remove(list)
+}
 
-	for _, argv := range lang.Setup {
-		t0 := time.Now()
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		cmd.Env = setupEnv
-		cmd.Dir = "/"
-		// The layer's own programs run against the layer's own libraries.
-		// Paths resolve inside the chroot, so no symlink in the layer can
-		// lead a step's writes onto the host.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
-		if err := s.run(ctx, cmd); err != nil {
-			return Manifest{}, fmt.Errorf("setup step %q: %w", argv, err)
-		}
-		s.log().Debug("ran setup step", "language", lang.Name, "argv", argv, "duration", time.Since(t0).Round(time.Millisecond))
+// setup runs one setup step chrooted into root.
+func (s *Store) setup(ctx context.Context, name, root string, argv []string) error {
+	t0 := time.Now()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = setupEnv
+	cmd.Dir = "/"
+	// The layer's own programs run against the layer's own libraries.
+	// Paths resolve inside the chroot, so no symlink in the layer can lead
+	// a step's writes onto the host.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+	if err := s.run(ctx, cmd); err != nil {
+		return fmt.Errorf("setup step %q: %w", argv, err)
 	}
+	s.log().Debug("ran setup step", "layer", name, "argv", argv, "duration", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
 
-	size, err := finish(root)
+// finish trims, cleans and normalises the extracted tree and removes what
+// its lower layers already hold.
+func (s *Store) finish(ctx context.Context, name string, r recipe, root string) error {
+	t0 := time.Now()
+	fsroot, err := os.OpenRoot(root)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("finish layer: %w", err)
+		return err
 	}
-	m := Manifest{
-		Format:   manifestFormat,
-		Language: lang.Name,
-		Suite:    cat.Suite,
-		Packages: pkgs,
-		Setup:    lang.Setup,
-		Bytes:    size,
+	n, err := trimTree(fsroot, r.Trim)
+	fsroot.Close()
+	if err != nil {
+		return fmt.Errorf("trim: %w", err)
 	}
-	m.ID = layerID(m)
-	return m, nil
+	if err := finishPackages(root); err != nil {
+		return fmt.Errorf("finish layer: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var removed, kept int
+	if len(r.Lower) > 0 {
+		lowers := make([]string, len(r.Lower))
+		for i, id := range r.Lower {
+			lowers[i] = s.layerRoot(hexID(id))
+		}
+		if removed, kept, err = subtract(root, lowers); err != nil {
+			return fmt.Errorf("subtract lower layers: %w", err)
+		}
+	}
+	s.log().Debug("finished layer", "layer", name, "trimmed", n, "in_lower", removed, "kept", kept,
+		"duration", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// makeLinks creates links (path in the layer -> target) in the tree at dir,
+// creating missing parent directories. An existing identical link is fine;
+// anything else at the path is an error.
+func makeLinks(dir string, links map[string]string) error {
+	if len(links) == 0 {
+		return nil
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	names := make([]string, 0, len(links))
+	for p := range links {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	for _, p := range names {
+		target := links[p]
+		if err := root.MkdirAll(path.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("link /%s: %w", p, err)
+		}
+		err := root.Symlink(target, p)
+		if errors.Is(err, fs.ErrExist) {
+			if got, rerr := root.Readlink(p); rerr == nil && got == target {
+				continue
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("link /%s -> %s: %w", p, target, err)
+		}
+	}
+	return nil
 }
 
 // run runs cmd in its own process group, which is sent SIGTERM when ctx is
@@ -171,23 +354,6 @@ func parsePackages(data []byte) ([]Package, error) {
 	return pkgs, nil
 }
 
-// layerID hashes what determines a layer's content: the recipe version,
-// suite, resolved packages and setup steps. Not the language name, the
-// build time or the size.
-func layerID(m Manifest) string {
-	data, err := json.Marshal(struct {
-		Format   int        `json:"format"`
-		Suite    string     `json:"suite"`
-		Packages []Package  `json:"packages"`
-		Setup    [][]string `json:"setup"`
-	}{m.Format, m.Suite, m.Packages, m.Setup})
-	if err != nil {
-		panic(err) // cannot happen: plain strings and ints
-	}
-	sum := sha256.Sum256(data)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
 // syncfs flushes the file system holding dir to disk.
 func syncfs(dir string) error {
 	f, err := os.Open(dir)
@@ -198,15 +364,16 @@ func syncfs(dir string) error {
 	return unix.Syncfs(int(f.Fd()))
 }
 
-// lockWait takes an exclusive flock(2) on path, creating it, and polls until
-// it gets it or ctx is done. waiting is called once if it has to wait.
-func lockWait(ctx context.Context, path string, waiting func()) (unlock func(), err error) {
+// lockWait takes an flock(2) on path (exclusive, or shared with shared),
+// creating it, and polls until it gets it or ctx is done. waiting is called
+// once if it has to wait.
+func lockWait(ctx context.Context, path string, shared bool, waiting func()) (unlock func(), err error) {
 	for first := true; ; first = false {
-		unlock, ok, err := tryLock(path)
+		unlock, ok, err := tryLockMode(path, shared)
 		if err != nil || ok {
 			return unlock, err
 		}
-		if first {
+		if first && waiting != nil {
 			waiting()
 		}
 		select {
@@ -221,11 +388,19 @@ func lockWait(ctx context.Context, path string, waiting func()) (unlock func(), 
 // The lock is released by unlock or when the process dies, so a killed
 // build never leaves a stale lock.
 func tryLock(path string) (unlock func(), ok bool, err error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	return tryLockMode(path, false)
+}
+
+func tryLockMode(path string, shared bool) (unlock func(), ok bool, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return nil, false, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	how := unix.LOCK_EX
+	if shared {
+		how = unix.LOCK_SH
+	}
+	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, false, nil
@@ -236,50 +411,28 @@ func tryLock(path string) (unlock func(), ok bool, err error) {
 }
 
 // removeTree removes dir and everything in it, but refuses if anything is
-// mounted at or below dir: os.RemoveAll crosses mount points, and a build
-// killed mid-way could leave, say, the host's /dev or /proc mounted in its
-// tree, whose files would then be deleted.
+// mounted at or below dir: os.RemoveAll crosses mount points, and a killed
+// build or a mounted root could otherwise have, say, a layer's files deleted
+// through an overlay.
 func removeTree(dir string) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
-		dir = real
+	// The mount table shows resolved paths. Resolve the parent only: if dir
+	// is itself a symlink, RemoveAll removes the link, not its target.
+	real := dir
+	if parent, err := filepath.EvalSymlinks(filepath.Dir(dir)); err == nil {
+		real = filepath.Join(parent, filepath.Base(dir))
 	}
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := readMountinfo()
 	if err != nil {
 		return fmt.Errorf("refusing to remove %s: cannot list mounts: %w", dir, err)
 	}
-	for line := range strings.Lines(string(mounts)) {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			return fmt.Errorf("refusing to remove %s: %s is mounted", dir, mp)
+	for _, mp := range mounts {
+		if mp.point == real || strings.HasPrefix(mp.point, real+"/") {
+			return fmt.Errorf("refusing to remove %s: %s is mounted", dir, mp.point)
 		}
 	}
 	return os.RemoveAll(dir)
-}
-
-// unescapeMountinfo undoes the kernel's octal escaping (\040 for a space)
-// of paths in /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -1,40 +1,59 @@
 // Package rootfs knows the languages sandcell runs and builds, caches and
 // hands out their root filesystems.
 //
-// Invariant: a layer returned by Store.Root is complete and is never written
-// to again, by a build or by a run. Every directory the runtime mounts onto
-// (Mountpoints) already exists in it, so mounting never creates anything in
-// a cached layer, and the runtime must mount the layer read-only.
+// Invariant: a layer is never written to once built, by a build or by a
+// run. Programs see a language's layers only through a read-only overlay
+// without an upper directory, whose top layer, the skeleton, holds every
+// directory the runtime mounts onto (Mountpoints), so mounting never
+// creates anything in a layer; per-run writes go to the run's own tmpfs.
+// Verify re-hashes a layer to check it.
 //
 // The catalogue of languages is data, languages.json, embedded in the
-// binary: Lookup and Languages read it. A layer is built from Debian
-// packages with mmdebstrap's extract variant (unpacked, no maintainer
-// scripts run), then the language's setup steps run chrooted in it (the work
-// maintainer scripts would have done), then the package finishes it:
+// binary: Lookup and Languages read it. Each language names its Debian
+// packages, source file, compile and run commands, environment and limit
+// adjustments (Limits).
 //
-//   - device nodes, the host's resolv.conf and hostname, and apt's state are
-//     removed;
-//   - /etc/passwd, /etc/group, /etc/nsswitch.conf, /etc/hosts and
-//     /etc/hostname are written, naming the sandbox user (SandboxUID) and
-//     nobody (65534);
-//   - every file is made world-readable and every directory world-traversable,
-//     and setuid/setgid bits are stripped, because programs run as an
-//     unprivileged user in a user namespace, where the layer's host-owned
-//     files belong to nobody.
+// A language's root is a stack of layers, top first:
+//
+//	skeleton   mountpoints, /etc/passwd, /etc/group, /etc/hosts... (written by this package)
+//	language   the files of its packages that the layers below lack
+//	[extends]  the layers of the language it extends (typescript on javascript, cpp and rust on c)
+//	base       libc, libstdc++, openssl, CA certificates, busybox as /bin/sh... (shared by all)
+//
+// A package layer is built from Debian packages with mmdebstrap's extract
+// variant (unpacked, no maintainer scripts run); then the recipe's links
+// are made (the alternatives, /usr/bin/cc -> gcc) and its setup steps run
+// chrooted in it (the work maintainer scripts would have done, such as
+// byte-compiling Python's standard library); then it is trimmed
+// (documentation, manual pages, translations), cleaned (device nodes, apt's
+// state, the host's resolv.conf), normalised (every file world-readable,
+// every directory world-traversable, no setuid or setgid bit: programs run
+// as an unprivileged user in a user namespace, where the layer's host-owned
+// files belong to nobody) and finally reduced to what the layers below it
+// do not already hold identically.
+//
+// Layers are content-addressed: a layer's id hashes its recipe (packages,
+// setup, links, trim, the ids of the layers below) and the package versions
+// its build resolved. A build happens aside and is renamed into place; one
+// builder per layer, across processes (flock); Prune removes what the
+// catalogue no longer uses. See Store for the layout.
 //
 // Threats: layers are built from signed Debian packages and so are not
-// attacker-controlled, but the layer is later visible to untrusted programs
-// (read-only). Writes into a layer during its build go through os.Root, so
-// symlinks in packages (merged-usr's /bin -> usr/bin) resolve only within
-// the layer, never onto the host; paths composed from the store directory
-// go through filepath-securejoin. Setup steps run as root in a plain
-// chroot(2), which root can leave: they are trusted catalogue data, exactly
-// like the packages they run, never input from a request.
+// attacker-controlled, but they are visible to untrusted programs
+// (read-only; no setuid file, no device node). Writes into a layer during its build go
+// through os.Root, so symlinks in packages resolve only within the layer,
+// never onto the host. Setup steps run as root in a plain chroot(2), which
+// root can leave: they are trusted catalogue data, exactly like the
+// packages they run, never input from a request. The mount table is read
+// from /proc/thread-self, never /proc/self, whose view may be a container's
+// (libcontainer moves threads of this process into containers' mount
+// namespaces).
 //
 // Typical use:
 //
 //	lang, err := rootfs.Lookup("py")
-//	store := &rootfs.Store{Dir: "/var/lib/sandcell/layers"}
-//	root, err := store.Root(lang) // errors.Is(err, rootfs.ErrNotBuilt): run "sandcell build python"
-//	// mount root read-only as the container's root; run lang.Run with lang.Env
+//	store := &rootfs.Store{Dir: rootfs.DefaultDir()} // one per process: it caches mounted roots
+//	root, err := store.Root(lang) // errors.Is(err, rootfs.ErrNotBuilt): run "sandcell rootfs build python"
+//	// root is a read-only overlay: use it as the container's read-only root;
+//	// compile with lang.Compile and lang.CompileLimits, run lang.Run with lang.Env and lang.Limits
 package rootfs

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
 	"slices"
@@ -12,44 +13,84 @@ import (
 )
 
 // Language is one entry of the catalogue: which Debian packages make its
-// layer and how a program written in it is run inside that layer.
+// layer and how a program written in it is compiled and run inside it.
 type Language struct {
-	// Name is the canonical lower-case name, e.g. "python". It names the
-	// layer on disk and must match nameRE.
+	// Name is the canonical lower-case name, e.g. "python". It must match
+	// nameRE.
 	Name string `json:"name"`
 	// Aliases are other names Lookup accepts, e.g. "py".
 	Aliases []string `json:"aliases"`
 	// Packages are the Debian packages (with their dependencies) that make
-	// up the layer, e.g. ["python3"].
+	// up the layer, e.g. ["python3"]. Files that the base layer (or the
+	// Extends language's layers) already hold are left out of the layer.
 	Packages []string `json:"packages"`
+	// Extends names a language whose layers this one is stacked on, e.g.
+	// typescript on javascript: the layer then holds only what that stack
+	// lacks. Empty: stacked on the base layer only.
+	Extends string `json:"extends,omitempty"`
 	// Source is the file name the program is written to inside /work,
 	// e.g. "main.py".
 	Source string `json:"source"`
+	// Compile, if set, is the argv of the compile phase, run before Run in
+	// its own sandbox with CompileLimits; a non-zero exit is a compile
+	// error and Run is not started. Its outputs go to /work.
+	Compile []string `json:"compile,omitempty"`
 	// Run is the argv that runs the program, e.g.
 	// ["/usr/bin/python3", "-B", "/work/main.py"].
 	Run []string `json:"run"`
-	// Version is an argv that prints the language's version.
+	// Version is an argv that prints the language's version on stdout.
 	Version []string `json:"version"`
-	// Env is extra environment (KEY=value) for Run and Version.
+	// Env is extra environment (KEY=value) for Compile, Run and Version.
+	// Compilers' caches point into /tmp or /work, the only writable places.
 	Env []string `json:"env"`
+	// Limits raise the server's default limits for the run phase (the
+	// JVM needs more threads than a python script), CompileLimits those of
+	// the compile phase. See Limits for how they combine with a request.
+	Limits        Limits `json:"limits,omitzero"`
+	CompileLimits Limits `json:"compile_limits,omitzero"`
+
+	// Build recipe; callers running programs ignore these.
+
 	// Setup lists argvs run once at build time, as root, chrooted into the
-	// freshly extracted layer and in order: the work that Debian's
+	// freshly extracted packages and in order: the work that Debian's
 	// maintainer scripts would have done (mmdebstrap's extract variant runs
-	// none), such as busybox applet links or byte-compiling Python's
-	// standard library. Callers running programs ignore it.
+	// none), such as byte-compiling Python's standard library.
 	Setup [][]string `json:"setup"`
+	// Links are symlinks (path in the layer -> target) made after
+	// extraction, before Setup: the alternatives that update-alternatives
+	// would have made (/usr/bin/cc -> gcc) and configuration links.
+	Links map[string]string `json:"links,omitempty"`
+	// Trim are patterns of paths removed from the layer, in addition to
+	// the catalogue's own Trim (see trim.go for the syntax).
+	Trim []string `json:"trim,omitempty"`
+}
+
+// Compiled reports whether the language has a compile phase.
+func (l Language) Compiled() bool { return len(l.Compile) > 0 }
+
+// Base is the recipe of the base layer every language is stacked on: the
+// libraries and tools (libc, libstdc++, openssl, busybox's /bin/sh...) that
+// most languages need, so that they are stored once.
+type Base struct {
+	Packages []string          `json:"packages"`
+	Setup    [][]string        `json:"setup"`
+	Links    map[string]string `json:"links,omitempty"`
+	Trim     []string          `json:"trim,omitempty"`
 }
 
 // catalogue is the shape of languages.json.
 type catalogue struct {
 	// Suite is the Debian suite every layer is built from.
-	Suite     string     `json:"suite"`
+	Suite string `json:"suite"`
+	// Trim are patterns removed from every package layer: documentation,
+	// manual pages, translations.
+	Trim      []string   `json:"trim"`
+	Base      Base       `json:"base"`
 	Languages []Language `json:"languages"`
 }
 
 // languagesJSON is the catalogue. It is data, not code: adding a language is
-// an edit to languages.json (and, if Debian's packages need post-install
-// work, its "setup" steps).
+// an edit to languages.json.
 //
 //go:embed languages.json
 var languagesJSON []byte
@@ -65,8 +106,8 @@ var cat = func() catalogue {
 	return c
 }()
 
-// nameRE is what a language name may look like. Names become directory
-// names in the store, so no slashes, dots first, or upper case.
+// nameRE is what a language name may look like: no slashes, dots first, or
+// upper case.
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+_-]{0,31}$`)
 
 // suiteRE is what a Debian suite name may look like.
@@ -90,11 +131,18 @@ func parseCatalogue(data []byte) (catalogue, error) {
 	if !suiteRE.MatchString(c.Suite) {
 		return catalogue{}, fmt.Errorf("invalid suite %q", c.Suite)
 	}
+	if err := checkRecipe(c.Base.Packages, c.Base.Setup, c.Base.Links, append(slices.Clone(c.Trim), c.Base.Trim...)); err != nil {
+		return catalogue{}, fmt.Errorf("base: %w", err)
+	}
+	if len(c.Base.Packages) == 0 {
+		return catalogue{}, fmt.Errorf("base: no packages")
+	}
 	if len(c.Languages) == 0 {
 		return catalogue{}, fmt.Errorf("no languages")
 	}
 	seen := map[string]string{} // lower-cased name or alias -> language
-	for _, l := range c.Languages {
+	names := map[string]int{}   // name -> index
+	for i, l := range c.Languages {
 		if err := l.check(); err != nil {
 			return catalogue{}, fmt.Errorf("language %q: %w", l.Name, err)
 		}
@@ -104,6 +152,17 @@ func parseCatalogue(data []byte) (catalogue, error) {
 				return catalogue{}, fmt.Errorf("name %q used by both %q and %q", n, other, l.Name)
 			}
 			seen[k] = l.Name
+		}
+		names[l.Name] = i
+	}
+	// A language may extend only one listed before it: no cycles, and a
+	// build can go down the list.
+	for i, l := range c.Languages {
+		if l.Extends == "" {
+			continue
+		}
+		if j, ok := names[l.Extends]; !ok || j >= i {
+			return catalogue{}, fmt.Errorf("language %q extends %q, which is not listed before it", l.Name, l.Extends)
 		}
 	}
 	return c, nil
@@ -122,15 +181,18 @@ func (l Language) check() error {
 		return fmt.Errorf("run must be an argv with an absolute program path")
 	case len(l.Version) == 0 || !path.IsAbs(l.Version[0]):
 		return fmt.Errorf("version must be an argv with an absolute program path")
+	case l.Compile != nil && (len(l.Compile) == 0 || !path.IsAbs(l.Compile[0])):
+		return fmt.Errorf("compile must be an argv with an absolute program path")
+	case l.Extends == l.Name:
+		return fmt.Errorf("extends itself")
+	case l.Extends != "" && !nameRE.MatchString(l.Extends):
+		return fmt.Errorf("extends %q: not a language name", l.Extends)
+	case !l.Compiled() && !l.CompileLimits.IsZero():
+		return fmt.Errorf("compile_limits without compile")
 	}
 	for _, a := range l.Aliases {
 		if strings.TrimSpace(a) == "" || a != strings.ToLower(a) {
 			return fmt.Errorf("alias %q must be non-empty lower case", a)
-		}
-	}
-	for _, p := range l.Packages {
-		if !debianPackageRE.MatchString(p) {
-			return fmt.Errorf("invalid Debian package name %q", p)
 		}
 	}
 	for _, e := range l.Env {
@@ -138,29 +200,64 @@ func (l Language) check() error {
 			return fmt.Errorf("env %q is not KEY=value", e)
 		}
 	}
-	for _, argv := range l.Setup {
+	if err := l.Limits.check(); err != nil {
+		return fmt.Errorf("limits: %w", err)
+	}
+	if err := l.CompileLimits.check(); err != nil {
+		return fmt.Errorf("compile_limits: %w", err)
+	}
+	return checkRecipe(l.Packages, l.Setup, l.Links, l.Trim)
+}
+
+// checkRecipe checks the build fields shared by Base and Language.
+func checkRecipe(packages []string, setup [][]string, links map[string]string, trim []string) error {
+	for _, p := range packages {
+		if !debianPackageRE.MatchString(p) {
+			return fmt.Errorf("invalid Debian package name %q", p)
+		}
+	}
+	for _, argv := range setup {
 		if len(argv) == 0 || !path.IsAbs(argv[0]) {
 			return fmt.Errorf("setup step %q must be an argv with an absolute program path", argv)
 		}
 	}
+	for p, target := range links {
+		if !validLayerPath(p) || target == "" {
+			return fmt.Errorf("link %q -> %q: the path must be clean and relative to the layer's root", p, target)
+		}
+	}
+	for _, t := range trim {
+		if err := checkPattern(t); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// validLayerPath accepts clean slash-separated paths relative to a layer's
+// root that do not leave it: "usr/bin/cc", not "/usr/bin/cc" or "../x".
+func validLayerPath(p string) bool {
+	return p != "" && p != "." && path.Clean(p) == p && !path.IsAbs(p) && p != ".." && !strings.HasPrefix(p, "../")
 }
 
 // Lookup returns the language with the given name or alias, ignoring case
 // and surrounding space. The error wraps ErrUnknownLanguage and lists the
 // known names.
 func Lookup(name string) (Language, error) {
+	if l, ok := lookup(name); ok {
+		return l.clone(), nil
+	}
+	return Language{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownLanguage, name, strings.Join(Names(), ", "))
+}
+
+func lookup(name string) (Language, bool) {
 	k := strings.ToLower(strings.TrimSpace(name))
 	for _, l := range cat.Languages {
 		if l.Name == k || slices.Contains(l.Aliases, k) {
-			return l.clone(), nil
+			return l, true
 		}
 	}
-	names := make([]string, len(cat.Languages))
-	for i, l := range cat.Languages {
-		names[i] = l.Name
-	}
-	return Language{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownLanguage, name, strings.Join(names, ", "))
+	return Language{}, false
 }
 
 // Languages returns every language in the catalogue, in catalogue order.
@@ -173,17 +270,40 @@ func Languages() []Language {
 	return ls
 }
 
+// Names returns the canonical names of the catalogue's languages, in
+// catalogue order.
+func Names() []string {
+	names := make([]string, len(cat.Languages))
+	for i, l := range cat.Languages {
+		names[i] = l.Name
+	}
+	return names
+}
+
+// Suite is the Debian suite the layers are built from, e.g. "bookworm".
+func Suite() string { return cat.Suite }
+
 // clone deep-copies l so callers cannot modify the shared catalogue.
 func (l Language) clone() Language {
 	l.Aliases = slices.Clone(l.Aliases)
 	l.Packages = slices.Clone(l.Packages)
+	l.Compile = slices.Clone(l.Compile)
 	l.Run = slices.Clone(l.Run)
 	l.Version = slices.Clone(l.Version)
 	l.Env = slices.Clone(l.Env)
-	setup := make([][]string, len(l.Setup))
-	for i, argv := range l.Setup {
-		setup[i] = slices.Clone(argv)
-	}
-	l.Setup = setup
+	l.Setup = cloneArgvs(l.Setup)
+	l.Links = maps.Clone(l.Links)
+	l.Trim = slices.Clone(l.Trim)
 	return l
+}
+
+func cloneArgvs(argvs [][]string) [][]string {
+	if argvs == nil {
+		return nil
+	}
+	out := make([][]string, len(argvs))
+	for i, argv := range argvs {
+		out[i] = slices.Clone(argv)
+	}
+	return out
 }

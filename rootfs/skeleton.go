@@ -1,7 +1,6 @@
 package rootfs
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -9,102 +8,104 @@ import (
 	"syscall"
 )
 
-// The sandbox user. Every layer's /etc/passwd and /etc/group name these ids,
-// and the runtime runs programs as them.
+// The sandbox user. The skeleton's /etc/passwd and /etc/group name these
+// ids, and the runtime runs programs as them.
 const (
 	SandboxUID = 1000
 	SandboxGID = 1000
 )
 
 // mountpoints are the directories the runtime mounts onto. They exist in
-// every layer so that libcontainer never has to create them, which would
-// write into a cached, shared layer.
+// the skeleton layer, the top of every assembled root, so that libcontainer
+// never has to create them (it could not: the root is read-only).
 var mountpoints = []string{"/proc", "/sys", "/dev", "/tmp", "/work"}
 
 // Mountpoints returns the absolute paths that exist as empty directories in
-// every built layer. The runtime may mount onto these, and only these,
-// without modifying the layer.
+// every assembled root. The runtime may mount onto these, and only these,
+// without modifying a layer.
 func Mountpoints() []string {
 	return append([]string(nil), mountpoints...)
 }
 
-// skeletonFiles are written into every layer, replacing what Debian's
-// packages or mmdebstrap put there. Container uid 0 is mapped to an
-// unprivileged host uid; host-owned layer files appear as 65534 (nobody).
-var skeletonFiles = []struct {
-	name string
-	data string
-}{
-	{"etc/passwd", "root:x:0:0:root:/:/bin/sh\n" +
+// skeletonFiles are the skeleton layer's files. They sit above every other
+// layer, so they replace whatever Debian's packages put there. Container
+// uid 0 is mapped to an unprivileged host uid; host-owned layer files
+// appear as 65534 (nobody).
+var skeletonFiles = map[string]string{
+	"etc/passwd": "root:x:0:0:root:/:/bin/sh\n" +
 		fmt.Sprintf("sandbox:x:%d:%d:sandbox:/work:/bin/sh\n", SandboxUID, SandboxGID) +
-		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
-	{"etc/group", "root:x:0:\n" +
+		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+	"etc/group": "root:x:0:\n" +
 		fmt.Sprintf("sandbox:x:%d:\n", SandboxGID) +
-		"nogroup:x:65534:\n"},
+		"nogroup:x:65534:\n",
 	// Lookups are answered from files only: the sandbox has no resolver.
-	{"etc/nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files\n"},
-	{"etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost\n"},
-	// mmdebstrap copies the host's /etc/hostname: do not leak it.
-	{"etc/hostname", "sandbox\n"},
+	"etc/nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\n",
+	"etc/hosts":         "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
+	"etc/hostname":      "sandbox\n",
 }
 
-// removed are build leftovers deleted from every layer. mmdebstrap copies the
-// host's resolv.conf (host information, and useless without a network) and
-// leaves apt's state and configuration, though the layer has no apt.
-var removed = []string{"etc/resolv.conf", "etc/apt", "var/cache/apt", "var/lib/apt", "var/log/apt"}
-
-// finish turns an extracted tree into a layer: it removes build leftovers
-// and device nodes, writes the skeleton, and makes every file readable by
-// any user. It returns the apparent size of the layer in bytes.
-//
-// All writes go through an os.Root, so a symlink inside the layer (such as
-// bookworm's merged-usr /bin -> usr/bin) is followed only within the layer
-// and never to the host.
-func finish(dir string) (int64, error) {
+// writeSkeleton creates the skeleton layer at dir (which must not exist):
+// the mountpoints, /tmp with the sticky bit, and skeletonFiles.
+func writeSkeleton(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer root.Close()
-
-	for _, name := range removed {
-		if err := root.RemoveAll(name); err != nil {
-			return 0, fmt.Errorf("remove /%s: %w", name, err)
-		}
-	}
-	// mmdebstrap populates /dev with device nodes; the runtime mounts its
-	// own /dev, and a cached layer should hold no device nodes at all.
-	if err := root.RemoveAll("dev"); err != nil {
-		return 0, fmt.Errorf("empty /dev: %w", err)
-	}
 	for _, mp := range append([]string{"/etc"}, mountpoints...) {
-		if err := mkdirIn(root, mp[1:]); err != nil {
-			return 0, err
+		if err := root.Mkdir(mp[1:], 0o755); err != nil {
+			return err
 		}
 	}
-	for _, f := range skeletonFiles {
-		if err := root.WriteFile(f.name, []byte(f.data), 0o644); err != nil {
-			return 0, fmt.Errorf("write /%s: %w", f.name, err)
+	for name, data := range skeletonFiles {
+		if err := root.WriteFile(name, []byte(data), 0o644); err != nil {
+			return err
 		}
 	}
-	return normalise(root)
+	// Exact modes whatever the umask.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	_, err = normalise(root)
+	if err != nil {
+		return err
+	}
+	return root.Chmod("tmp", fs.ModeSticky|0o777)
 }
 
-// mkdirIn makes the top-level directory name in root, accepting an existing
-// directory and rejecting anything else there (a symlink would let the
-// runtime's mount land somewhere else).
-func mkdirIn(root *os.Root, name string) error {
-	err := root.Mkdir(name, 0o755)
-	if errors.Is(err, fs.ErrExist) {
-		var fi fs.FileInfo
-		if fi, err = root.Lstat(name); err == nil && !fi.IsDir() {
-			err = fmt.Errorf("exists and is not a directory (%s)", fi.Mode().Type())
+// removed are build leftovers deleted from every package layer. mmdebstrap
+// copies the host's resolv.conf and hostname (host information) and leaves
+// apt's state and configuration, though the layer has no apt.
+var removed = []string{"etc/resolv.conf", "etc/hostname", "etc/apt", "var/cache/apt", "var/lib/apt", "var/log/apt"}
+
+// finishPackages turns an extracted tree into a package layer: it removes
+// build leftovers, device nodes and the mountpoints (the skeleton layer
+// provides them, and files below a mountpoint would be hidden anyway), and
+// makes every file readable by any user.
+//
+// All writes go through an os.Root, so a symlink inside the layer is
+// followed only within the layer and never to the host.
+func finishPackages(dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, name := range removed {
+		if err := root.RemoveAll(name); err != nil {
+			return fmt.Errorf("remove /%s: %w", name, err)
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("mountpoint /%s: %w", name, err)
+	for _, mp := range mountpoints {
+		if err := root.RemoveAll(mp[1:]); err != nil {
+			return fmt.Errorf("remove /%s: %w", mp[1:], err)
+		}
 	}
-	return nil
+	_, err = normalise(root)
+	return err
 }
 
 // normalise makes every directory in root traversable and every file

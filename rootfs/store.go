@@ -2,40 +2,62 @@ package rootfs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
+	"golang.org/x/sys/unix"
 )
 
-// Store is a directory of built language layers.
+// DefaultDir is the store directory: $SANDCELL_HOME if set, else
+// /var/lib/sandcell.
+func DefaultDir() string {
+	if h := os.Getenv("SANDCELL_HOME"); h != "" {
+		return h
+	}
+	return "/var/lib/sandcell"
+}
+
+// Store is a directory of layers and the language roots assembled from
+// them, kept in the rootfs subdirectory of sandcell's home directory Dir.
 //
-// Layout (manifest format 1):
+// Layout (store format 2), S = Dir/rootfs:
 //
-//	Dir/<name>/root/            the layer: a complete root filesystem, never modified once built
-//	Dir/<name>/manifest.json    what the layer was built from (Manifest)
-//	Dir/<name>.lock             flock(2) lock serialising builds of <name>
-//	Dir/.build-<name>-<random>  a build in progress, or one left by a killed build (see Clean)
+//	S/layers/<hex>/root/           a layer: never modified once built
+//	S/layers/<hex>/manifest.json   what it was built from (Manifest)
+//	S/recipes/<key>                symlink to ../layers/<hex>: the layer built from recipe <key>
+//	S/roots/<rootid>/              a language's read-only overlay, mounted once, shared by every run
+//	S/locks/                       flock(2) files: store.lock (builds shared, Prune exclusive),
+//	                               recipe-<key>.lock (one builder per recipe), root-<rootid>.lock
+//	S/tmp/<key>-<random>/          a build in progress, or one left by a killed build (see Clean)
 //
-// A layer directory appears only by rename(2) of a finished build, so if
-// Dir/<name> exists it is complete. Callers get paths only from Root, which
-// resolves symlinks within Dir: a later format can make Dir/<name> a symlink
-// to a content-addressed directory named by Manifest.ID without changing
-// callers.
+// <hex> is a layer's content id (Manifest.ID without "sha256:"): the hash
+// of its recipe and resolved package versions. A language's root stacks,
+// top first: the skeleton layer (mountpoints, /etc/passwd...), its own
+// layer, the layers of the language it extends, and the base layer; each
+// holds only the files the layers below it lack. A layer directory appears
+// only by rename(2) of a finished build and a recipe pointer only after
+// its layer, so whatever the store names is complete.
 //
 // The zero Store is not usable: Dir must be set. Methods may be called
 // concurrently, also from several processes sharing Dir.
 type Store struct {
-	// Dir is the store directory, e.g. /var/lib/sandcell/layers. Build
-	// creates it (and missing parents) with mode 0755. Sandboxes that run in
-	// a user namespace must be able to traverse Dir and all its parents.
+	// Dir is sandcell's home directory, usually DefaultDir(); the store
+	// keeps its files in Dir/rootfs. Build creates them (and missing
+	// parents) with mode 0755. Sandboxes that run in a user namespace must
+	// be able to traverse Dir and all its parents.
 	Dir string
 
 	// Mirrors are passed to mmdebstrap as its MIRROR arguments: a URI, a
@@ -47,232 +69,474 @@ type Store struct {
 
 	// Logger receives build progress. Nil discards.
 	Logger *slog.Logger
+
+	// mu guards roots, the roots this Store mounted or found mounted.
+	mu    sync.Mutex
+	roots map[string]cachedRoot // by language name
 }
 
-// Manifest describes a built layer. It is stored as Dir/<name>/manifest.json.
-type Manifest struct {
-	// Format is the store's layout and build-recipe version (manifestFormat).
-	Format int `json:"format"`
-	// Language is the name the layer was built for.
-	Language string `json:"language"`
-	// ID identifies the layer's content: "sha256:" and the hash of Format,
-	// Suite, Packages and Setup. Equal IDs mean equal layers.
-	ID string `json:"id"`
-	// Suite is the Debian suite the packages came from.
-	Suite string `json:"suite"`
-	// Packages are the packages extracted into the layer, dependencies
-	// included, sorted by name.
-	Packages []Package `json:"packages"`
-	// Setup are the build steps run in the layer (Language.Setup).
-	Setup [][]string `json:"setup"`
-	// Built is when the build finished.
-	Built time.Time `json:"built"`
-	// BuildSeconds is how long the build took.
-	BuildSeconds float64 `json:"build_seconds"`
-	// Bytes is the apparent size of the layer's regular files.
-	Bytes int64 `json:"bytes"`
-}
-
-// Package is one Debian package in a layer.
-type Package struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-	Arch    string `json:"arch"`
+// cachedRoot is a root Root found mounted: later calls check that the same
+// mount is still there with one stat(2) instead of reading the mount table.
+type cachedRoot struct {
+	lang  Language // the value Root was called with (its recipe fields count)
+	point string
+	dev   uint64 // st_dev of the overlay's root directory
 }
 
 const (
-	// manifestFormat changes whenever the layout or the way layers are
-	// finished (skeleton, removed files, permissions) changes.
-	manifestFormat = 1
-	buildPrefix    = ".build-"
-	manifestName   = "manifest.json"
+	storeDir     = "rootfs"
+	layersDir    = "layers"
+	recipesDir   = "recipes"
+	rootsDir     = "roots"
+	locksDir     = "locks"
+	tmpDir       = "tmp"
+	manifestName = "manifest.json"
+	storeLock    = "store.lock"
 )
 
-// Root returns the absolute path of the language's layer: a complete root
-// filesystem to be used read-only, already holding every mountpoint
-// (Mountpoints) and /etc/passwd and /etc/group naming the sandbox user. If
-// the layer is missing, the error wraps ErrNotBuilt and says how to build it.
+// hexRE is a layer's directory name or a recipe key.
+var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// hexID strips "sha256:" from a layer id.
+func hexID(id string) string { return strings.TrimPrefix(id, "sha256:") }
+
+// Progress reports how a Build goes, for a progress bar or log lines.
+type Progress struct {
+	// Language is the language Build was asked for.
+	Language string `json:"language"`
+	// Layer is the layer being built: "skeleton", "base" or a language.
+	Layer string `json:"layer"`
+	// Step is "wait" (for another builder), "extract" (download and unpack
+	// packages; the longest), "setup", "finish", "hash" or "done".
+	Step string `json:"step"`
+	// Done of Total steps are finished; Total is fixed for one Build.
+	Done  int `json:"done"`
+	Total int `json:"total"`
+}
+
+// stepsPerLayer are the steps a package layer reports: extract, setup,
+// finish, hash, done.
+const stepsPerLayer = 5
+
+// Root returns the absolute path of the language's root filesystem, ready
+// to be the read-only root of a sandbox: a read-only overlay of its layers
+// (skeleton, language, base) that already holds every mountpoint
+// (Mountpoints) and /etc/passwd and /etc/group naming the sandbox user.
+//
+// The overlay is mounted once, at Dir/rootfs/roots/<rootid>, and shared by every
+// run of the language (and by every process using the store); later calls
+// find it in this thread's mount table and only return its path. If a
+// layer is missing, the error wraps ErrNotBuilt and says how to build it.
+//
+// Preconditions: root, to mount the overlay the first time.
 func (s *Store) Root(lang Language) (string, error) {
-	p, err := s.path(lang, "root")
+	if point, ok := s.cachedRoot(lang); ok {
+		return point, nil
+	}
+	st, err := s.resolve(lang)
 	if err != nil {
 		return "", err
 	}
-	fi, err := os.Stat(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", notBuilt(lang)
-	}
+	point, err := s.rootPoint(st)
 	if err != nil {
-		return "", fmt.Errorf("%s layer: %w", lang.Name, err)
+		return "", err
 	}
-	if !fi.IsDir() {
-		return "", fmt.Errorf("%s layer: root is not a directory", lang.Name)
+	mounts, err := readMountinfo()
+	if err != nil {
+		return "", err
 	}
-	return p, nil
+	if m, ok := mountedAt(mounts, point); ok {
+		if !isSandcellRoot(m) {
+			return "", fmt.Errorf("%s root: %s has a %s mount that sandcell did not make", lang.Name, point, m.fstype)
+		}
+	} else if err := s.mountRoot(lang, st, point); err != nil {
+		return "", err
+	}
+	s.remember(lang, point)
+	return point, nil
 }
 
-// Manifest returns the manifest of the language's built layer. If the layer
-// is missing, the error wraps ErrNotBuilt.
-func (s *Store) Manifest(lang Language) (Manifest, error) {
-	p, err := s.path(lang, manifestName)
-	if err != nil {
-		return Manifest{}, err
+// cachedRoot returns lang's root if this Store found it mounted before and
+// the same mount is still there: the overlay's root directory has the
+// device number it had then. (Unmounted, the directory shows the store's
+// file system instead; mounted again, a new overlay gets a new anonymous
+// device.) Layers rebuilt by another process since are not noticed until
+// the old root is unmounted (Prune, Unmount, Close): the old root is
+// complete and keeps working.
+func (s *Store) cachedRoot(lang Language) (string, bool) {
+	s.mu.Lock()
+	c, ok := s.roots[lang.Name]
+	s.mu.Unlock()
+	if !ok || !sameRecipe(c.lang, lang) {
+		return "", false
 	}
-	data, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return Manifest{}, notBuilt(lang)
+	var st unix.Stat_t
+	if err := unix.Stat(c.point, &st); err != nil || st.Dev != c.dev {
+		s.forget(lang.Name)
+		return "", false
 	}
-	if err != nil {
-		return Manifest{}, fmt.Errorf("%s layer: %w", lang.Name, err)
-	}
-	var m Manifest
-	if err := json.Unmarshal(data, &m); err != nil {
-		return Manifest{}, fmt.Errorf("%s layer: manifest: %w", lang.Name, err)
-	}
-	return m, nil
+	return c.point, true
 }
 
-// Build builds the language's layer unless it is already built. Concurrent
-// builds of one language, in this process or others, wait for each other
-// and build once. Cancelling ctx stops the build (mmdebstrap and setup steps
-// are killed) and removes its temporary directory.
-//
-// Preconditions: running as root (mmdebstrap's root mode and chroot(2)),
-// mmdebstrap installed, the Debian mirror reachable.
-func (s *Store) Build(ctx context.Context, lang Language) (err error) {
-	if err := lang.check(); err != nil {
-		return fmt.Errorf("language %q: %w", lang.Name, err)
+// remember caches lang's root at point (see cachedRoot).
+func (s *Store) remember(lang Language, point string) {
+	var st unix.Stat_t
+	if err := unix.Stat(point, &st); err != nil {
+		return
 	}
-	if _, err := s.Root(lang); !errors.Is(err, ErrNotBuilt) {
-		return err // built already, or a real error
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.roots == nil {
+		s.roots = map[string]cachedRoot{}
 	}
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("building the %s layer needs root (mmdebstrap root mode and chroot)", lang.Name)
+	s.roots[lang.Name] = cachedRoot{lang: lang.clone(), point: point, dev: st.Dev}
+}
+
+func (s *Store) forget(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if name == "" {
+		clear(s.roots)
 	}
+	delete(s.roots, name)
+}
+
+// sameRecipe reports whether a and b build the same layers.
+func sameRecipe(a, b Language) bool {
+	return a.Name == b.Name && a.Extends == b.Extends && slices.Equal(a.Packages, b.Packages) &&
+		slices.EqualFunc(a.Setup, b.Setup, slices.Equal) && maps.Equal(a.Links, b.Links) && slices.Equal(a.Trim, b.Trim)
+}
+
+// stack is a language's resolved layers.
+type stack struct {
+	// layers are hex ids, top first: skeleton, language, ..., base.
+	layers []string
+}
+
+// rootID names the overlay of the stack: the hash of its layer ids.
+func (st stack) rootID() string {
+	sum := sha256.Sum256([]byte(strings.Join(st.layers, "\n")))
+	return hex.EncodeToString(sum[:16])
+}
+
+// resolve finds the layers of lang's stack through the recipe pointers,
+// without building or mounting anything.
+func (s *Store) resolve(lang Language) (stack, error) {
+	if !nameRE.MatchString(lang.Name) {
+		return stack{}, fmt.Errorf("%w %q", ErrUnknownLanguage, lang.Name)
+	}
+	specs, err := chain(lang)
+	if err != nil {
+		return stack{}, err
+	}
+	var lower []string // "sha256:" ids, top first
+	for _, spec := range specs {
+		id, ok, err := s.lookupRecipe(spec.recipe(lower).key())
+		if err != nil {
+			return stack{}, fmt.Errorf("%s layer: %w", spec.name, err)
+		}
+		if !ok {
+			return stack{}, notBuilt(lang)
+		}
+		lower = append([]string{id}, lower...)
+	}
+	skel, ok, err := s.lookupRecipe(skeletonRecipe().key())
+	if err != nil {
+		return stack{}, fmt.Errorf("skeleton layer: %w", err)
+	}
+	if !ok {
+		return stack{}, notBuilt(lang)
+	}
+	st := stack{layers: []string{hexID(skel)}}
+	for _, id := range lower {
+		st.layers = append(st.layers, hexID(id))
+	}
+	return st, nil
+}
+
+// lookupRecipe returns the id ("sha256:...") of the layer built from the
+// recipe with the given key, and whether there is one.
+func (s *Store) lookupRecipe(key string) (string, bool, error) {
+	dir, err := s.dir()
+	if err != nil {
+		return "", false, err
+	}
+	target, err := os.Readlink(filepath.Join(dir, recipesDir, key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	h := filepath.Base(target)
+	if target != "../"+layersDir+"/"+h || !hexRE.MatchString(h) {
+		return "", false, fmt.Errorf("recipe pointer %s: unexpected target %q", key, target)
+	}
+	if _, err := os.Stat(filepath.Join(dir, layersDir, h, "root")); errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil // pruned or removed by hand
+	} else if err != nil {
+		return "", false, err
+	}
+	return "sha256:" + h, true, nil
+}
+
+// rootPoint is where the stack's overlay is mounted, symlinks in Dir
+// resolved (the mount table shows resolved paths).
+func (s *Store) rootPoint(st stack) (string, error) {
+	dir, err := s.dir()
+	if err != nil {
+		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	return filepath.Join(dir, rootsDir, st.rootID()), nil
+}
+
+// mountRoot mounts st's overlay at point unless another caller (in this
+// process or another) did meanwhile.
+func (s *Store) mountRoot(lang Language, st stack, point string) error {
 	dir, err := s.dir()
 	if err != nil {
 		return err
 	}
-	if err := mkdirAll(dir); err != nil {
-		return fmt.Errorf("create store: %w", err)
+	if err := mkdirAll(filepath.Join(dir, locksDir)); err != nil {
+		return err
 	}
-	s.warnUntraversable(dir)
-
-	unlock, err := lockWait(ctx, filepath.Join(dir, lang.Name+".lock"), func() {
-		s.log().Info("waiting for another build", "language", lang.Name)
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	unlock, err := lockWait(ctx, filepath.Join(dir, locksDir, "root-"+st.rootID()+".lock"), false, nil)
 	if err != nil {
-		return fmt.Errorf("lock %s layer: %w", lang.Name, err)
+		return fmt.Errorf("%s root: lock: %w", lang.Name, err)
 	}
 	defer unlock()
-	if _, err := s.Root(lang); !errors.Is(err, ErrNotBuilt) {
-		return err // another builder finished while we waited
-	}
-
-	tmp, err := os.MkdirTemp(dir, buildPrefix+lang.Name+"-")
+	mounts, err := readMountinfo()
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			if rmErr := removeTree(tmp); rmErr != nil {
-				s.log().Error("remove failed build", "language", lang.Name, "dir", tmp, "err", rmErr)
-			}
+	if m, ok := mountedAt(mounts, point); ok {
+		if !isSandcellRoot(m) {
+			return fmt.Errorf("%s root: %s has a %s mount that sandcell did not make", lang.Name, point, m.fstype)
 		}
-	}()
-	// MkdirTemp makes 0700; the renamed layer must be traversable.
-	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil
+	}
+	if err := mkdirAll(point); err != nil {
 		return err
 	}
-
-	start := time.Now()
-	s.log().Info("building layer", "language", lang.Name, "packages", lang.Packages, "suite", cat.Suite)
-	m, err := s.build(ctx, lang, tmp)
-	if err != nil {
-		return fmt.Errorf("build %s layer: %w", lang.Name, err)
+	lowers := make([]string, len(st.layers))
+	for i, h := range st.layers {
+		lowers[i] = s.layerRoot(h)
+		if real, err := filepath.EvalSymlinks(lowers[i]); err == nil {
+			lowers[i] = real
+		}
 	}
-	m.Built = time.Now().UTC()
-	m.BuildSeconds = m.Built.Sub(start).Round(time.Millisecond).Seconds()
-	data, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
+	if err := mountOverlay(point, lowers); err != nil {
+		return fmt.Errorf("%s root: %w", lang.Name, err)
 	}
-	if err := os.WriteFile(filepath.Join(tmp, manifestName), append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	// Make the layer durable before it gets its name, so a crash cannot
-	// leave a complete-looking but truncated layer.
-	if err := syncfs(tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, lang.Name)); err != nil {
-		return err
-	}
-	s.log().Info("layer built", "language", lang.Name, "id", m.ID, "bytes", m.Bytes,
-		"packages", len(m.Packages), "duration", time.Since(start).Round(time.Millisecond))
+	s.log().Info("mounted language root", "language", lang.Name, "root", point, "layers", len(lowers))
 	return nil
 }
 
-// Clean removes temporary directories left in Dir by killed builds. A build
-// in progress (its lock held, also by another process) is left alone.
-// Built layers and lock files are never touched. A missing Dir is clean.
-func (s *Store) Clean() error {
-	dir, err := s.dir()
-	if err != nil {
-		return err
-	}
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
+// Unmount detaches the language's root if it is mounted. Sandboxes running
+// on it keep their copy; the next Root mounts it again.
+func (s *Store) Unmount(lang Language) error {
+	st, err := s.resolve(lang)
+	if errors.Is(err, ErrNotBuilt) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	point, err := s.rootPoint(st)
+	if err != nil {
+		return err
+	}
+	s.forget(lang.Name)
+	return s.unmountRoot(point)
+}
+
+// unmountRoot detaches every sandcell overlay at point and removes the
+// mountpoint directory.
+func (s *Store) unmountRoot(point string) error {
+	for {
+		mounts, err := readMountinfo()
+		if err != nil {
+			return err
+		}
+		m, ok := mountedAt(mounts, point)
+		if !ok {
+			break
+		}
+		if !isSandcellRoot(m) {
+			return fmt.Errorf("%s has a %s mount that sandcell did not make: not unmounting it", point, m.fstype)
+		}
+		if err := unmount(point); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(point); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Close detaches every language root of the store. Sandboxes running on
+// them keep their copies. The store stays usable: Root mounts again.
+func (s *Store) Close() error {
+	s.forget("")
+	points, err := s.mountedRoots()
+	if err != nil {
+		return err
+	}
 	var errs []error
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), buildPrefix)
-		i := strings.LastIndexByte(rest, '-')
-		if !ok || !e.IsDir() || i < 0 || !nameRE.MatchString(rest[:i]) {
-			continue
-		}
-		name, p := rest[:i], filepath.Join(dir, e.Name())
-		unlock, locked, err := tryLock(filepath.Join(dir, name+".lock"))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !locked {
-			s.log().Info("build in progress, not cleaning", "language", name, "dir", p)
-			continue
-		}
-		err = removeTree(p)
-		unlock()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		s.log().Info("removed stale build", "language", name, "dir", p)
+	for _, p := range points {
+		errs = append(errs, s.unmountRoot(p))
 	}
 	return errors.Join(errs...)
 }
 
-// dir returns the absolute store directory.
+// mountedRoots lists the mount points of sandcell overlays under
+// Dir/rootfs/roots.
+func (s *Store) mountedRoots() ([]string, error) {
+	dir, err := s.dir()
+	if err != nil {
+		return nil, err
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	mounts, err := readMountinfo()
+	if err != nil {
+		return nil, err
+	}
+	prefix := filepath.Join(dir, rootsDir) + "/"
+	var points []string
+	for _, m := range mounts {
+		if strings.HasPrefix(m.point, prefix) && !strings.Contains(m.point[len(prefix):], "/") &&
+			isSandcellRoot(m) && !slices.Contains(points, m.point) {
+			points = append(points, m.point)
+		}
+	}
+	return points, nil
+}
+
+// Built reports whether every layer of the language is built, without
+// mounting anything.
+func (s *Store) Built(lang Language) (bool, error) {
+	_, err := s.resolve(lang)
+	if errors.Is(err, ErrNotBuilt) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Manifest returns the manifest of the language's own layer. If a layer of
+// its stack is missing, the error wraps ErrNotBuilt.
+func (s *Store) Manifest(lang Language) (Manifest, error) {
+	st, err := s.resolve(lang)
+	if err != nil {
+		return Manifest{}, err
+	}
+	return s.readManifest(st.layers[1])
+}
+
+// Layers returns the manifests of the language's stack, top first:
+// skeleton, the language's layer, those of the languages it extends, base.
+func (s *Store) Layers(lang Language) ([]Manifest, error) {
+	st, err := s.resolve(lang)
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]Manifest, len(st.layers))
+	for i, h := range st.layers {
+		if ms[i], err = s.readManifest(h); err != nil {
+			return nil, err
+		}
+	}
+	return ms, nil
+}
+
+// List returns the manifests of every layer in the store, whether a
+// language uses it or not (Prune removes those none uses), sorted by kind
+// and language.
+func (s *Store) List() ([]Manifest, error) {
+	dir, err := s.dir()
+	if err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, layersDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ms []Manifest
+	for _, e := range entries {
+		if !hexRE.MatchString(e.Name()) {
+			continue
+		}
+		m, err := s.readManifest(e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	order := map[string]int{KindSkeleton: 0, KindBase: 1, KindLanguage: 2}
+	slices.SortFunc(ms, func(a, b Manifest) int {
+		if c := order[a.Kind] - order[b.Kind]; c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Language, b.Language); c != 0 {
+			return c
+		}
+		return a.Built.Compare(b.Built)
+	})
+	return ms, nil
+}
+
+// readManifest reads layers/<h>/manifest.json.
+func (s *Store) readManifest(h string) (Manifest, error) {
+	dir, err := s.dir()
+	if err != nil {
+		return Manifest{}, err
+	}
+	data, err := os.ReadFile(filepath.Join(dir, layersDir, h, manifestName))
+	if err != nil {
+		return Manifest{}, fmt.Errorf("layer %.12s: %w", h, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return Manifest{}, fmt.Errorf("layer %.12s: manifest: %w", h, err)
+	}
+	if hexID(m.ID) != h {
+		return Manifest{}, fmt.Errorf("layer %.12s: manifest names layer %s", h, m.ID)
+	}
+	return m, nil
+}
+
+// layerRoot is the root directory of layer h.
+func (s *Store) layerRoot(h string) string {
+	dir, _ := s.dir()
+	return filepath.Join(dir, layersDir, h, "root")
+}
+
+// dir returns the absolute directory the store keeps its files in,
+// Dir/rootfs.
 func (s *Store) dir() (string, error) {
+	home, err := s.home()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, storeDir), nil
+}
+
+// home returns the absolute Dir.
+func (s *Store) home() (string, error) {
 	if s.Dir == "" {
 		return "", errors.New("rootfs: Store.Dir is not set")
 	}
 	return filepath.Abs(s.Dir)
-}
-
-// path returns Dir/<lang.Name>/<name>, resolving any symlinks within Dir.
-func (s *Store) path(lang Language, name string) (string, error) {
-	if !nameRE.MatchString(lang.Name) {
-		return "", fmt.Errorf("%w %q", ErrUnknownLanguage, lang.Name)
-	}
-	dir, err := s.dir()
-	if err != nil {
-		return "", err
-	}
-	return securejoin.SecureJoin(dir, lang.Name+"/"+name)
 }
 
 func (s *Store) log() *slog.Logger {
@@ -298,7 +562,7 @@ func (s *Store) warnUntraversable(dir string) {
 }
 
 func notBuilt(lang Language) error {
-	return fmt.Errorf("%s: %w (run: sandcell build %s)", lang.Name, ErrNotBuilt, lang.Name)
+	return fmt.Errorf("%s: %w (run: sandcell rootfs build %s)", lang.Name, ErrNotBuilt, lang.Name)
 }
 
 // mkdirAll is os.MkdirAll with mode 0755 whatever the umask, so that the
@@ -323,4 +587,51 @@ func mkdirAll(dir string) error {
 		return err
 	}
 	return os.Chmod(dir, 0o755)
+}
+
+// Status is a catalogue language as the store has it: what `sandcell rootfs
+// list`, `sandcell languages` and the MCP list_languages tool show.
+type Status struct {
+	Language string   `json:"language"`
+	Aliases  []string `json:"aliases"`
+	Compiled bool     `json:"compiled"`
+	Built    bool     `json:"built"`
+	// Package is the language's main Debian package (its first) and
+	// Version the version its layer was built with, e.g. python3
+	// 3.11.2-1+b1. Version is empty when not built.
+	Package string `json:"package"`
+	Version string `json:"version,omitempty"`
+	// Layer is the id of the language's own layer, Bytes its size and
+	// StackBytes the size of all its layers (the base and, for an
+	// extending language, the layers it extends included).
+	Layer      string  `json:"layer,omitempty"`
+	Bytes      int64   `json:"bytes,omitempty"`
+	StackBytes int64   `json:"stack_bytes,omitempty"`
+	BuildSecs  float64 `json:"build_seconds,omitempty"`
+	// BuiltAt is when the language's own layer was built.
+	BuiltAt time.Time `json:"built_at,omitzero"`
+}
+
+// Status reports lang's state in the store, without building or mounting
+// anything. A language that is not built is not an error.
+func (s *Store) Status(lang Language) (Status, error) {
+	st := Status{Language: lang.Name, Aliases: slices.Clone(lang.Aliases), Compiled: lang.Compiled()}
+	if len(lang.Packages) > 0 {
+		st.Package = lang.Packages[0]
+	}
+	stack, err := s.Layers(lang)
+	if errors.Is(err, ErrNotBuilt) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	own := stack[1]
+	st.Built = true
+	st.Version = own.PackageVersion(st.Package)
+	st.Layer, st.Bytes, st.BuildSecs, st.BuiltAt = own.ID, own.Bytes, own.BuildSeconds, own.Built
+	for _, m := range stack {
+		st.StackBytes += m.Bytes
+	}
+	return st, nil
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,13 +14,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func mustLookup(t *testing.T, name string) Language {
-	t.Helper()
-	l, err := Lookup(name)
-	if err != nil {
-		t.Fatal(err)
+func TestDefaultDir(t *testing.T) {
+	t.Setenv("SANDCELL_HOME", "")
+	if got := DefaultDir(); got != "/var/lib/sandcell" {
+		t.Errorf("DefaultDir() = %q, want /var/lib/sandcell", got)
 	}
-	return l
+	t.Setenv("SANDCELL_HOME", "/srv/sandcell")
+	if got := DefaultDir(); got != "/srv/sandcell" {
+		t.Errorf("DefaultDir() with SANDCELL_HOME = %q", got)
+	}
 }
 
 func TestRootNotBuilt(t *testing.T) {
@@ -30,7 +33,7 @@ func TestRootNotBuilt(t *testing.T) {
 	if !errors.Is(err, ErrNotBuilt) {
 		t.Fatalf("Root on an empty store: %v, want ErrNotBuilt", err)
 	}
-	if !strings.Contains(err.Error(), "run: sandcell build python") {
+	if !strings.Contains(err.Error(), "run: sandcell rootfs build python") {
 		t.Errorf("error %q does not say how to build the layer", err)
 	}
 	if strings.Contains(err.Error(), dir) {
@@ -39,9 +42,21 @@ func TestRootNotBuilt(t *testing.T) {
 	if _, err := s.Manifest(py); !errors.Is(err, ErrNotBuilt) {
 		t.Errorf("Manifest on an empty store: %v, want ErrNotBuilt", err)
 	}
+	if built, err := s.Built(py); built || err != nil {
+		t.Errorf("Built on an empty store = %v, %v", built, err)
+	}
 	missing := &Store{Dir: filepath.Join(dir, "does", "not", "exist")}
 	if _, err := missing.Root(py); !errors.Is(err, ErrNotBuilt) {
 		t.Errorf("Root with a missing Dir: %v, want ErrNotBuilt", err)
+	}
+
+	// Base and skeleton built, python not: still not built.
+	s = fakeStore(t, "sh")
+	if _, err := s.Root(py); !errors.Is(err, ErrNotBuilt) {
+		t.Errorf("Root(python) with only sh built: %v, want ErrNotBuilt", err)
+	}
+	if built, err := s.Built(mustLookup(t, "sh")); !built || err != nil {
+		t.Errorf("Built(sh) = %v, %v; want true", built, err)
 	}
 }
 
@@ -57,224 +72,67 @@ func TestRootErrors(t *testing.T) {
 	}
 }
 
-func TestRootBuilt(t *testing.T) {
-	dir := t.TempDir()
-	// A plain layer.
-	mkdirs(t, dir, "sh/root")
-	// A layer reached through a symlink, as a content-addressed store would
-	// name it: Root must return the resolved path.
-	mkdirs(t, dir, "sha256/abc/root")
-	symlink(t, "sha256/abc", filepath.Join(dir, "python"))
-
-	s := &Store{Dir: dir}
-	for name, want := range map[string]string{
-		"sh":     filepath.Join(dir, "sh/root"),
-		"python": filepath.Join(dir, "sha256/abc/root"),
-	} {
-		got, err := s.Root(mustLookup(t, name))
-		if err != nil || got != want {
-			t.Errorf("Root(%s) = %q, %v; want %q", name, got, err, want)
-		}
-	}
-}
-
-func TestRootStaysInStore(t *testing.T) {
-	dir := t.TempDir()
-	outside := t.TempDir()
-	mkdirs(t, outside, "root")
-	symlink(t, outside, filepath.Join(dir, "sh"))
-	got, err := (&Store{Dir: dir}).Root(mustLookup(t, "sh"))
-	if err == nil && !strings.HasPrefix(got, dir+"/") {
-		t.Fatalf("Root followed a symlink out of the store: %q", got)
-	}
-	if !errors.Is(err, ErrNotBuilt) {
-		t.Errorf("Root through an escaping symlink: %q, %v; want ErrNotBuilt", got, err)
-	}
-}
-
-func TestClean(t *testing.T) {
-	dir := t.TempDir()
-	mkdirs(t, dir, ".build-sh-123/root/usr/bin", ".build-python-7/root", "sh/root", ".build-weird")
-	for _, f := range []string{"sh.lock", ".build-sh-123/root/usr/bin/x", "notes.txt", ".build-sh-file-1"} {
-		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+func TestChain(t *testing.T) {
+	names := func(lang string) []string {
+		specs, err := chain(mustLookup(t, lang))
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	// A build of python is in progress (in this or another process).
-	unlock, ok, err := tryLock(filepath.Join(dir, "python.lock"))
-	if err != nil || !ok {
-		t.Fatalf("tryLock: %v, %v", ok, err)
-	}
-	defer unlock()
-
-	if err := (&Store{Dir: dir}).Clean(); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{".build-python-7/root", "sh/root", "sh.lock", "python.lock", "notes.txt", ".build-weird", ".build-sh-file-1"} {
-		if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
-			t.Errorf("Clean removed %s: %v", name, err)
+		var n []string
+		for _, s := range specs {
+			n = append(n, s.name)
 		}
+		return n
 	}
-	if _, err := os.Lstat(filepath.Join(dir, ".build-sh-123")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("Clean left the stale build .build-sh-123: %v", err)
+	if got := names("typescript"); !slices.Equal(got, []string{"base", "javascript", "typescript"}) {
+		t.Errorf("chain(typescript) = %q", got)
 	}
-
-	if err := (&Store{Dir: filepath.Join(dir, "missing")}).Clean(); err != nil {
-		t.Errorf("Clean of a missing Dir: %v", err)
+	if got := names("python"); !slices.Equal(got, []string{"base", "python"}) {
+		t.Errorf("chain(python) = %q", got)
 	}
 }
 
-func TestLockWait(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "x.lock")
-	unlock, err := lockWait(t.Context(), path, func() { t.Error("waited for a free lock") })
-	if err != nil {
-		t.Fatal(err)
+func TestRecipeKeys(t *testing.T) {
+	py := mustLookup(t, "python")
+	a := languageRecipe(py, []string{"sha256:aa"})
+	b := languageRecipe(py, []string{"sha256:bb"})
+	if a.key() == b.key() {
+		t.Error("a language layer's recipe key ignores the layers below it")
 	}
-	waited := make(chan bool, 1)
-	go func() {
-		time.Sleep(150 * time.Millisecond)
-		unlock()
-	}()
-	unlock2, err := lockWait(t.Context(), path, func() { waited <- true })
-	if err != nil {
-		t.Fatal(err)
+	if a.key() != languageRecipe(mustLookup(t, "py"), []string{"sha256:aa"}).key() {
+		t.Error("recipe key is not deterministic")
 	}
-	defer unlock2()
-	select {
-	case <-waited:
-	default:
-		t.Error("took a held lock without waiting")
+	if baseRecipe().key() == skeletonRecipe().key() || len(baseRecipe().key()) != 64 {
+		t.Error("base and skeleton keys")
 	}
-
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	if _, err := lockWait(ctx, path, func() {}); !errors.Is(err, context.Canceled) {
-		t.Errorf("lockWait with a held lock and a cancelled ctx: %v, want context.Canceled", err)
+	changed := py
+	changed.Trim = append(changed.Trim, "usr/lib/python3.11/email/**")
+	if languageRecipe(changed, []string{"sha256:aa"}).key() == a.key() {
+		t.Error("recipe key ignores the trim list")
+	}
+	changed = py
+	changed.Run = []string{"/usr/bin/python3", "/work/main.py"}
+	changed.Limits = Limits{MemoryMB: 1}
+	if languageRecipe(changed, []string{"sha256:aa"}).key() != a.key() {
+		t.Error("recipe key depends on how programs run, not only on what the layer holds")
 	}
 }
 
-func TestFinish(t *testing.T) {
-	dir := t.TempDir()
-	mkdirs(t, dir, "usr/bin", "usr/lib/private", "etc/apt/sources.list.d", "var/lib/apt/lists/partial", "dev/pts", "tmp")
-	files := map[string]fs.FileMode{
-		"usr/bin/tool":            fs.ModeSetuid | 0o750, // not world-executable
-		"usr/lib/private/secret":  0o600,
-		"usr/lib/lib.so":          0o644,
-		"etc/resolv.conf":         0o644,
-		"etc/hostname":            0o644,
-		"etc/passwd":              0o600,
-		"dev/null":                0o666, // stands in for a device node
-		"var/lib/apt/lists/lock":  0o640,
-		"etc/apt/sources.list":    0o644,
-		"usr/lib/private/library": 0o640,
+func TestLayerID(t *testing.T) {
+	r := languageRecipe(mustLookup(t, "python"), []string{"sha256:aa"})
+	pkgs := []Package{{"python3", "3.11.2-1+b1", "amd64"}}
+	id := layerID(r, pkgs)
+	if !strings.HasPrefix(id, "sha256:") || len(id) != len("sha256:")+64 {
+		t.Fatalf("layerID = %q", id)
 	}
-	for name, mode := range files {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte("host data"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, mode); err != nil {
-			t.Fatal(err)
-		}
+	if layerID(r, slices.Clone(pkgs)) != id {
+		t.Error("layerID is not deterministic")
 	}
-	if err := os.Chmod(filepath.Join(dir, "usr/lib/private"), 0o700); err != nil {
-		t.Fatal(err)
+	if layerID(r, []Package{{"python3", "3.11.2-1+b2", "amd64"}}) == id {
+		t.Error("layerID ignores the package version")
 	}
-	if err := os.Chmod(filepath.Join(dir, "tmp"), fs.ModeSticky|0o777); err != nil {
-		t.Fatal(err)
-	}
-	if fi, err := os.Stat(filepath.Join(dir, "usr/bin/tool")); err != nil || fi.Mode()&fs.ModeSetuid == 0 {
-		t.Fatalf("test setup: usr/bin/tool is not setuid: %v", err)
-	}
-	symlink(t, "usr/bin", filepath.Join(dir, "bin")) // merged /usr
-
-	size, err := finish(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := int64(len("host data") * 4); size < want {
-		t.Errorf("size = %d, want at least %d", size, want)
-	}
-	for _, name := range []string{"etc/resolv.conf", "etc/apt", "var/lib/apt", "dev/null", "dev/pts"} {
-		if _, err := os.Lstat(filepath.Join(dir, name)); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("/%s survived: %v", name, err)
-		}
-	}
-	for _, mp := range Mountpoints() {
-		if fi, err := os.Lstat(filepath.Join(dir, mp)); err != nil || !fi.IsDir() {
-			t.Errorf("mountpoint %s: %v", mp, err)
-		}
-	}
-	for name, want := range map[string]string{
-		"etc/hostname": "sandbox\n",
-		"etc/passwd":   "sandbox:x:1000:1000:",
-		"etc/group":    "nogroup:x:65534:",
-	} {
-		got, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil || !strings.Contains(string(got), want) {
-			t.Errorf("/%s = %q, %v; want it to contain %q", name, got, err, want)
-		}
-	}
-	if fi, _ := os.Lstat(filepath.Join(dir, "bin")); fi == nil || fi.Mode()&fs.ModeSymlink == 0 {
-		t.Error("/bin -> usr/bin symlink was replaced")
-	}
-	if fi, _ := os.Stat(filepath.Join(dir, "tmp")); fi == nil || fi.Mode()&fs.ModeSticky == 0 {
-		t.Error("/tmp lost its sticky bit")
-	}
-	checkLayerModes(t, dir)
-	if fi, _ := os.Stat(filepath.Join(dir, "usr/bin/tool")); fi == nil || fi.Mode().Perm() != 0o755 {
-		t.Errorf("usr/bin/tool mode = %v, want 0755 (world-executable, no setuid)", fi.Mode())
-	}
-}
-
-func TestFinishStaysInLayer(t *testing.T) {
-	for name, link := range map[string]string{
-		"relative escape": "../outside",
-		"absolute":        "", // filled in below: the absolute path of outside
-	} {
-		t.Run(name, func(t *testing.T) {
-			top := t.TempDir()
-			dir, outside := filepath.Join(top, "layer"), filepath.Join(top, "outside")
-			mkdirs(t, top, "layer", "outside")
-			if link == "" {
-				link = outside
-			}
-			symlink(t, link, filepath.Join(dir, "etc"))
-			if _, err := finish(dir); err == nil {
-				t.Error("finish accepted /etc pointing out of the layer")
-			}
-			if entries, _ := os.ReadDir(outside); len(entries) != 0 {
-				t.Errorf("finish wrote outside the layer: %v", entries)
-			}
-		})
-	}
-}
-
-func TestFinishRejects(t *testing.T) {
-	tests := map[string]func(t *testing.T, dir string){
-		"fifo": func(t *testing.T, dir string) {
-			if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		},
-		"mountpoint is a symlink": func(t *testing.T, dir string) {
-			mkdirs(t, dir, "var/tmp")
-			symlink(t, "var/tmp", filepath.Join(dir, "tmp"))
-		},
-		"mountpoint is a file": func(t *testing.T, dir string) {
-			if err := os.WriteFile(filepath.Join(dir, "work"), nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		},
-	}
-	for name, setup := range tests {
-		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			setup(t, dir)
-			if _, err := finish(dir); err == nil {
-				t.Error("finish = nil error, want an error")
-			}
-		})
+	if layerID(languageRecipe(mustLookup(t, "python"), []string{"sha256:bb"}), pkgs) == id {
+		t.Error("layerID ignores the recipe")
 	}
 }
 
@@ -293,22 +151,485 @@ func TestParsePackages(t *testing.T) {
 	}
 }
 
-func TestLayerID(t *testing.T) {
-	m := Manifest{Format: 1, Language: "python", Suite: "bookworm",
-		Packages: []Package{{"python3", "3.11.2-1+b1", "amd64"}}, Bytes: 1, Built: time.Now()}
-	id := layerID(m)
-	if !strings.HasPrefix(id, "sha256:") || len(id) != len("sha256:")+64 {
-		t.Fatalf("layerID = %q", id)
+func TestTrimmed(t *testing.T) {
+	patterns := []string{"usr/share/doc/**", "!usr/share/doc/*/copyright", "usr/share/go/src/**/*_test.go", "var/cache/**"}
+	for name, want := range map[string]bool{
+		"usr/share/doc/x/changelog.gz":     true,
+		"usr/share/doc/x":                  true,
+		"usr/share/doc/x/copyright":        false,
+		"usr/share/doc/x/y/copyright":      true,
+		"usr/share/docs/x":                 false,
+		"usr/share/go/src/a/b/c_test.go":   true,
+		"usr/share/go/src/c_test.go":       true,
+		"usr/share/go/src/a/c.go":          false,
+		"usr/share/go/src/a/c_test.go.txt": false,
+		"var/cache":                        true,
+		"var/cachex":                       false,
+		"etc/passwd":                       false,
+	} {
+		if got := trimmed(patterns, name); got != want {
+			t.Errorf("trimmed(%s) = %v, want %v", name, got, want)
+		}
 	}
-	same := m
-	same.Language, same.Bytes, same.Built = "py2", 2, time.Time{}
-	if layerID(same) != id {
-		t.Error("layerID depends on the name, size or build time")
+	for _, bad := range []string{"/abs", "a/../b", "", "a/[b", "!"} {
+		if checkPattern(bad) == nil {
+			t.Errorf("checkPattern(%q) = nil", bad)
+		}
 	}
-	other := m
-	other.Packages = []Package{{"python3", "3.11.2-1+b2", "amd64"}}
-	if layerID(other) == id {
-		t.Error("layerID ignores the package version")
+}
+
+func TestTrimTree(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"usr/share/doc/a/changelog": "x", "usr/share/doc/a/copyright": "c", "usr/share/doc/b/README": "x",
+		"usr/share/man/man1/x.1": "x", "usr/bin/x": "x",
+	})
+	symlink(t, "changelog", filepath.Join(dir, "usr/share/doc/a/link"))
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := trimTree(root, []string{"usr/share/doc/**", "!usr/share/doc/*/copyright", "usr/share/man/**"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{
+		"usr/share/doc/a/copyright": true, "usr/share/doc/a/changelog": false, "usr/share/doc/a/link": false,
+		"usr/share/doc/b": false, "usr/share/man": false, "usr/share": true, "usr/bin/x": true,
+	} {
+		_, err := os.Lstat(filepath.Join(dir, name))
+		if got := err == nil; got != want {
+			t.Errorf("%s exists = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestSubtract(t *testing.T) {
+	top := t.TempDir()
+	upper, mid, bottom := filepath.Join(top, "upper"), filepath.Join(top, "mid"), filepath.Join(top, "bottom")
+	mkdirs(t, top, "upper", "mid", "bottom")
+	writeFiles(t, bottom, map[string]string{
+		"lib/libc.so": "libc", "lib/libm.so": "libm", "etc/conf": "old", "usr/share/a/f": "f",
+		"dir-becomes-file/x": "x", "opt/hidden/x": "x",
+	})
+	writeFiles(t, mid, map[string]string{"lib/libm.so": "libm v2", "usr/bin/tool": "tool"})
+	mkdirs(t, mid, "opt")
+	symlink(t, "tool", filepath.Join(mid, "usr/bin/alias"))
+	symlink(t, "elsewhere", filepath.Join(mid, "opt/hidden")) // hides bottom's opt/hidden directory
+	writeFiles(t, upper, map[string]string{
+		"lib/libc.so":      "libc",    // same as bottom: removed
+		"lib/libm.so":      "libm v2", // same as mid, which hides bottom's: removed
+		"etc/conf":         "new",     // differs: kept
+		"usr/bin/tool":     "tool",    // removed
+		"usr/bin/new":      "new",     // kept
+		"usr/share/a/f":    "f",       // removed, and so are the then empty directories
+		"dir-becomes-file": "file",    // a file over a directory: kept
+		"opt/hidden/x":     "x",       // the lower's directory is hidden by a symlink: kept
+	})
+	symlink(t, "tool", filepath.Join(upper, "usr/bin/alias"))            // same target: removed
+	symlink(t, "other", filepath.Join(upper, "usr/bin/alias2"))          // new: kept
+	if err := os.Chmod(filepath.Join(upper, "lib"), 0o700); err != nil { // a directory whose mode differs
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(upper, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mkdirs(t, upper, "var/empty") // empty, not in the lowers: kept
+
+	if _, _, err := subtract(upper, []string{mid, bottom}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{
+		"lib": true, "lib/libc.so": false, "lib/libm.so": false,
+		"etc/conf": true, "usr/bin/tool": false, "usr/bin/new": true, "usr/bin/alias": false, "usr/bin/alias2": true,
+		"usr/share": false, "dir-becomes-file": true, "opt/hidden/x": true, "var/empty": true,
+	} {
+		_, err := os.Lstat(filepath.Join(upper, name))
+		if got := err == nil; got != want {
+			t.Errorf("%s exists = %v, want %v", name, got, want)
+		}
+	}
+	// The lowers are untouched.
+	if data, err := os.ReadFile(filepath.Join(bottom, "lib/libc.so")); err != nil || string(data) != "libc" {
+		t.Errorf("bottom changed: %q %v", data, err)
+	}
+}
+
+func TestTreeHash(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"a/b": "data", "c": "more data"})
+	symlink(t, "a/b", filepath.Join(dir, "link"))
+	hash := func() TreeHash {
+		t.Helper()
+		h, err := hashTree(t.Context(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	h0 := hash()
+	if !strings.HasPrefix(h0.Digest, "sha256:") || h0.Entries != 5 || h0.Bytes != int64(len("data")+len("more data")) {
+		t.Fatalf("hashTree = %+v", h0)
+	}
+	// Timestamps do not count.
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, "c"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if hash() != h0 {
+		t.Error("hash changed with a file's mtime")
+	}
+	changes := []struct {
+		name string
+		do   func() error
+		undo func() error
+	}{
+		{"content", func() error { return os.WriteFile(filepath.Join(dir, "c"), []byte("more datA"), 0o644) },
+			func() error { return os.WriteFile(filepath.Join(dir, "c"), []byte("more data"), 0o644) }},
+		{"mode", func() error { return os.Chmod(filepath.Join(dir, "c"), 0o755) },
+			func() error { return os.Chmod(filepath.Join(dir, "c"), 0o644) }},
+		{"new file", func() error { return os.WriteFile(filepath.Join(dir, "a/new"), nil, 0o644) },
+			func() error { return os.Remove(filepath.Join(dir, "a/new")) }},
+		{"symlink target", func() error {
+			os.Remove(filepath.Join(dir, "link"))
+			return os.Symlink("c", filepath.Join(dir, "link"))
+		}, func() error {
+			os.Remove(filepath.Join(dir, "link"))
+			return os.Symlink("a/b", filepath.Join(dir, "link"))
+		}},
+		{"owner", func() error { return os.Lchown(filepath.Join(dir, "c"), 1, 1) },
+			func() error { return os.Lchown(filepath.Join(dir, "c"), os.Getuid(), os.Getgid()) }},
+	}
+	for _, c := range changes {
+		if c.name == "owner" && os.Geteuid() != 0 {
+			continue
+		}
+		if err := c.do(); err != nil {
+			t.Fatal(err)
+		}
+		if hash().Digest == h0.Digest {
+			t.Errorf("hash unchanged after changing the %s", c.name)
+		}
+		if err := c.undo(); err != nil {
+			t.Fatal(err)
+		}
+		if hash().Digest != h0.Digest {
+			t.Errorf("hash differs after undoing the %s change", c.name)
+		}
+	}
+}
+
+func TestVerifyLayer(t *testing.T) {
+	s := fakeStore(t, "python")
+	py := mustLookup(t, "python")
+	if err := s.Verify(t.Context(), py); err != nil {
+		t.Fatalf("Verify of a fresh store: %v", err)
+	}
+	m, err := s.Manifest(py)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(s.layerRoot(hexID(m.ID)), "python.txt")
+	if err := os.WriteFile(f, []byte("tampered\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Verify(t.Context(), py)
+	if !errors.Is(err, ErrModified) || !strings.Contains(err.Error(), "python layer") {
+		t.Errorf("Verify after modifying a file: %v, want ErrModified naming the python layer", err)
+	}
+	if _, err := s.VerifyLayer(t.Context(), m.ID); !errors.Is(err, ErrModified) {
+		t.Errorf("VerifyLayer after modifying a file: %v", err)
+	}
+	if _, err := s.VerifyLayer(t.Context(), "sha256:../../etc"); err == nil {
+		t.Error("VerifyLayer accepted a malformed id")
+	}
+}
+
+func TestListAndLayers(t *testing.T) {
+	s := fakeStore(t, "typescript", "python")
+	ms, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, m := range ms {
+		kinds = append(kinds, m.Kind+":"+m.Language)
+	}
+	if want := []string{"skeleton:", "base:", "language:javascript", "language:python", "language:typescript"}; !slices.Equal(kinds, want) {
+		t.Errorf("List = %q, want %q", kinds, want)
+	}
+	stack, err := s.Layers(mustLookup(t, "ts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range stack {
+		got = append(got, m.Kind+":"+m.Language)
+	}
+	if want := []string{"skeleton:", "language:typescript", "language:javascript", "base:"}; !slices.Equal(got, want) {
+		t.Errorf("Layers(typescript) = %q, want %q", got, want)
+	}
+	if stack[1].Lower[0] != stack[2].ID || stack[2].Lower[0] != stack[3].ID {
+		t.Errorf("typescript's layer does not record the layers below it: %q, %q", stack[1].Lower, stack[2].Lower)
+	}
+	if v := stack[1].PackageVersion("typescript"); v != "1.0" {
+		t.Errorf("PackageVersion = %q", v)
+	}
+}
+
+func TestPrune(t *testing.T) {
+	s := fakeStore(t, "python", "sh")
+	dir := s.Dir
+	// A layer no recipe of the catalogue uses, its pointer, a leftover
+	// build, and the previous store format's entries.
+	stale := fakeLayer(t, s, "old", languageRecipe(Language{Packages: []string{"old"}}, nil), map[string]string{"x": "x"})
+	mkdirs(t, dir, "rootfs/tmp/"+strings.Repeat("a", 64)+"-123/root", "layers/python/root", "layers/.build-sh-1")
+	writeFiles(t, dir, map[string]string{"layers/python/manifest.json": "{}", "layers/python.lock": "", "layers/notes.txt": "mine"})
+
+	res, err := s.Prune(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Layers, []string{stale}) {
+		t.Errorf("Prune removed layers %q, want only %s", res.Layers, stale)
+	}
+	for _, gone := range []string{"rootfs/layers/" + hexID(stale), "layers/python", "layers/python.lock", "layers/.build-sh-1", "rootfs/tmp/" + strings.Repeat("a", 64) + "-123"} {
+		if _, err := os.Lstat(filepath.Join(dir, gone)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Prune left %s: %v", gone, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "layers/notes.txt")); err != nil {
+		t.Errorf("Prune removed a file it does not know: %v", err)
+	}
+	if err := s.Verify(t.Context(), mustLookup(t, "python")); err != nil {
+		t.Errorf("python no longer verifies after Prune: %v", err)
+	}
+	if built, _ := s.Built(mustLookup(t, "sh")); !built {
+		t.Error("Prune removed the sh layer, which shares python's base and whose own layer the catalogue uses")
+	}
+}
+
+func TestClean(t *testing.T) {
+	s := fakeStore(t)
+	dir := filepath.Join(s.Dir, storeDir)
+	k1, k2 := strings.Repeat("1", 64), strings.Repeat("2", 64)
+	mkdirs(t, dir, locksDir, "tmp/"+k1+"-123/root/usr/bin", "tmp/"+k2+"-7/root", "tmp/weird")
+	// A build of k2 is in progress (in this or another process).
+	unlock, ok, err := tryLock(filepath.Join(dir, locksDir, "recipe-"+k2+".lock"))
+	if err != nil || !ok {
+		t.Fatalf("tryLock: %v, %v", ok, err)
+	}
+	defer unlock()
+
+	if err := s.Clean(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tmp/" + k2 + "-7/root", "tmp/weird"} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("Clean removed %s: %v", name, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "tmp/"+k1+"-123")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Clean left the stale build: %v", err)
+	}
+	if err := (&Store{Dir: filepath.Join(dir, "missing")}).Clean(); err != nil {
+		t.Errorf("Clean of a missing Dir: %v", err)
+	}
+}
+
+func TestLockWait(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	unlock, err := lockWait(t.Context(), path, false, func() { t.Error("waited for a free lock") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan bool, 1)
+	go func() {
+		time.Sleep(150 * time.Millisecond)
+		unlock()
+	}()
+	unlock2, err := lockWait(t.Context(), path, false, func() { waited <- true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-waited:
+	default:
+		t.Error("took a held lock without waiting")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := lockWait(ctx, path, true, func() {}); !errors.Is(err, context.Canceled) {
+		t.Errorf("shared lockWait with an exclusive lock held and a cancelled ctx: %v, want context.Canceled", err)
+	}
+	unlock2()
+	// Shared locks share.
+	s1, err := lockWait(t.Context(), path, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1()
+	s2, ok, err := tryLockMode(path, true)
+	if err != nil || !ok {
+		t.Errorf("second shared lock: %v, %v", ok, err)
+	} else {
+		s2()
+	}
+	if _, ok, _ := tryLock(path); ok {
+		t.Error("exclusive lock taken while a shared one is held")
+	}
+}
+
+func TestWriteSkeleton(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "root")
+	old := unix.Umask(0o077)
+	err := writeSkeleton(dir)
+	unix.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mp := range append(Mountpoints(), "/etc") {
+		fi, err := os.Lstat(filepath.Join(dir, mp))
+		if err != nil || !fi.IsDir() {
+			t.Errorf("mountpoint %s: %v", mp, err)
+		}
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "tmp")); fi == nil || fi.Mode()&fs.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Errorf("/tmp mode %v, want sticky 0777", fi.Mode())
+	}
+	for name, want := range map[string]string{
+		"etc/hostname": "sandbox\n",
+		"etc/passwd":   "sandbox:x:1000:1000:",
+		"etc/group":    "nogroup:x:65534:",
+	} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || !strings.Contains(string(got), want) {
+			t.Errorf("/%s = %q, %v; want it to contain %q", name, got, err, want)
+		}
+	}
+	checkLayerModes(t, dir)
+	if entries, _ := os.ReadDir(filepath.Join(dir, "dev")); len(entries) != 0 {
+		t.Errorf("/dev not empty: %v", entries)
+	}
+}
+
+func TestFinishPackages(t *testing.T) {
+	dir := t.TempDir()
+	mkdirs(t, dir, "usr/bin", "usr/lib/private", "etc/apt/sources.list.d", "var/lib/apt/lists/partial", "dev/pts", "tmp", "work/x")
+	files := map[string]fs.FileMode{
+		"usr/bin/tool":           fs.ModeSetuid | 0o750, // not world-executable
+		"usr/lib/private/secret": 0o600,
+		"usr/lib/lib.so":         0o644,
+		"etc/resolv.conf":        0o644,
+		"etc/hostname":           0o644,
+		"dev/null":               0o666, // stands in for a device node
+		"var/lib/apt/lists/lock": 0o640,
+		"etc/apt/sources.list":   0o644,
+	}
+	for name, mode := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("host data"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "usr/lib/private"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, "usr/bin", filepath.Join(dir, "bin"))
+	if err := finishPackages(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"etc/resolv.conf", "etc/hostname", "etc/apt", "var/lib/apt", "dev", "tmp", "work"} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("/%s survived: %v", name, err)
+		}
+	}
+	if fi, _ := os.Lstat(filepath.Join(dir, "bin")); fi == nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Error("/bin -> usr/bin symlink was replaced")
+	}
+	checkLayerModes(t, dir)
+	if fi, _ := os.Stat(filepath.Join(dir, "usr/bin/tool")); fi == nil || fi.Mode().Perm() != 0o755 || fi.Mode()&fs.ModeSetuid != 0 {
+		t.Errorf("usr/bin/tool mode = %v, want 0755 (world-executable, no setuid)", fi.Mode())
+	}
+}
+
+func TestFinishStaysInLayer(t *testing.T) {
+	for name, link := range map[string]string{
+		"relative escape": "../outside",
+		"absolute":        "", // filled in below: the absolute path of outside
+	} {
+		t.Run(name, func(t *testing.T) {
+			top := t.TempDir()
+			dir, outside := filepath.Join(top, "layer"), filepath.Join(top, "outside")
+			mkdirs(t, top, "layer", "outside")
+			writeFiles(t, outside, map[string]string{"resolv.conf": "keep"})
+			if link == "" {
+				link = outside
+			}
+			symlink(t, link, filepath.Join(dir, "etc"))
+			_ = finishPackages(dir)
+			if data, err := os.ReadFile(filepath.Join(outside, "resolv.conf")); err != nil || string(data) != "keep" {
+				t.Errorf("finishPackages changed a file outside the layer: %q, %v", data, err)
+			}
+			if err := makeLinks(dir, map[string]string{"etc/x": "y"}); err == nil {
+				t.Error("makeLinks followed /etc out of the layer")
+			}
+			if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+				t.Errorf("something was written outside the layer: %v", entries)
+			}
+		})
+	}
+}
+
+func TestFinishRejectsSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := finishPackages(dir); err == nil {
+		t.Error("finishPackages accepted a FIFO")
+	}
+}
+
+func TestMakeLinks(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"usr/bin/gcc-12": "gcc", "usr/bin/taken": "file"})
+	if err := makeLinks(dir, map[string]string{"usr/bin/cc": "gcc-12", "etc/php/conf.d/x.ini": "/usr/share/x.ini"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.Readlink(filepath.Join(dir, "usr/bin/cc")); err != nil || got != "gcc-12" {
+		t.Errorf("usr/bin/cc -> %q, %v", got, err)
+	}
+	if got, _ := os.Readlink(filepath.Join(dir, "etc/php/conf.d/x.ini")); got != "/usr/share/x.ini" {
+		t.Errorf("link in a new directory -> %q", got)
+	}
+	if err := makeLinks(dir, map[string]string{"usr/bin/cc": "gcc-12"}); err != nil {
+		t.Errorf("making an existing identical link again: %v", err)
+	}
+	if err := makeLinks(dir, map[string]string{"usr/bin/taken": "gcc-12"}); err == nil {
+		t.Error("makeLinks replaced a file")
+	}
+}
+
+func TestParseMountinfo(t *testing.T) {
+	data := "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n" +
+		"61 27 0:53 / /var/lib/sand\\040cell/roots/ab ro,nosuid,nodev,relatime - overlay sandcell ro,lowerdir=/a:/b\n" +
+		"garbage\n" +
+		"62 27 0:54 / /x rw shared:3 master:4 - tmpfs tmpfs rw"
+	got := parseMountinfo([]byte(data))
+	want := []mountEntry{
+		{"/mnt2", "ext3", "/dev/root"},
+		{"/var/lib/sand cell/roots/ab", "overlay", "sandcell"},
+		{"/x", "tmpfs", "tmpfs"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("parseMountinfo = %+v, want %+v", got, want)
+	}
+	if m, ok := mountedAt(got, "/var/lib/sand cell/roots/ab"); !ok || !isSandcellRoot(m) {
+		t.Errorf("mountedAt = %+v, %v", m, ok)
 	}
 }
 
@@ -340,49 +661,30 @@ func TestMkdirAll(t *testing.T) {
 	}
 }
 
-// checkLayerModes fails t unless every file in the layer at dir can be read
-// by any user, every directory traversed, and nothing is setuid, setgid or
-// a device, FIFO or socket.
-func checkLayerModes(t *testing.T, dir string) {
-	t.Helper()
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		m := fi.Mode()
-		switch {
-		case m&fs.ModeSymlink != 0:
-		case m.IsDir() && m&0o005 != 0o005, m.IsRegular() && m&0o004 == 0:
-			t.Errorf("%s: mode %v is not world-readable", p, m)
-		case !m.IsDir() && !m.IsRegular():
-			t.Errorf("%s: special file %v", p, m)
-		}
-		if m&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
-			t.Errorf("%s: mode %v is setuid/setgid", p, m)
-		}
-		return nil
-	})
+func TestStatus(t *testing.T) {
+	s := fakeStore(t, "typescript")
+	ts, err := s.Status(mustLookup(t, "ts"))
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func mkdirs(t *testing.T, dir string, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		if err := os.MkdirAll(filepath.Join(dir, n), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if !ts.Built || !ts.Compiled || ts.Package != "node-typescript" || ts.Layer == "" || ts.Bytes <= 0 || ts.StackBytes <= ts.Bytes || ts.BuiltAt.IsZero() {
+		t.Errorf("Status(typescript) = %+v", ts)
+	}
+	py, err := s.Status(mustLookup(t, "python"))
+	if err != nil || py.Built || py.Version != "" || py.Package != "python3" {
+		t.Errorf("Status(python), not built = %+v, %v", py, err)
 	}
 }
 
-func symlink(t *testing.T, target, link string) {
-	t.Helper()
-	if err := os.Symlink(target, link); err != nil {
+func TestChainInheritsTrim(t *testing.T) {
+	specs, err := chain(mustLookup(t, "cpp"))
+	if err != nil {
 		t.Fatal(err)
+	}
+	cpp := specs[len(specs)-1].recipe(nil)
+	for _, p := range mustLookup(t, "c").Trim {
+		if !slices.Contains(cpp.Trim, p) {
+			t.Errorf("cpp's layer is not trimmed of %s like c's", p)
+		}
 	}
 }

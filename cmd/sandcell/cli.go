@@ -19,7 +19,8 @@ const usage = `usage: sandcell <command> [flags]
 commands:
   run        run one program in a fresh sandbox
   serve      serve MCP on stdio, Streamable HTTP (--http) and TCP (--tcp)
-  build      build language layers (default: all)
+  rootfs     build, list, prune and verify language layers (rootfs build|list|prune|verify)
+  build      same as rootfs build
   doctor     check what this host supports and how to fix what is missing
   bench      measure sandbox start-up against the bare process and the runc CLI
   languages  list the languages and whether their layers are built
@@ -45,6 +46,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		"run":       cmdRun,
 		"serve":     cmdServe,
 		"build":     cmdBuild,
+		"rootfs":    cmdRootfs,
 		"doctor":    cmdDoctor,
 		"bench":     cmdBench,
 		"languages": cmdLanguages,

@@ -19,7 +19,7 @@ func cli(t *testing.T, stdin string, args ...string) (int, string, string) {
 	state := testState(t)
 	layers := os.Getenv("SANDCELL_LAYER_DIR")
 	if layers == "" {
-		layers = "/var/lib/sandcell/layers"
+		layers = "/var/lib/sandcell"
 	}
 	global := []string{"--state-dir", state, "--layer-dir", layers, "--cgroup-parent", "/" + filepath.Base(state)}
 	var out, errb bytes.Buffer

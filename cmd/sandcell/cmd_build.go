@@ -2,41 +2,91 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sandcell/sandcell/rootfs"
 )
 
-// cmdBuild: sandcell build [LANG...] builds the language layers (all when
-// none is named). Existing layers are kept.
+// cmdRootfs: sandcell rootfs build|list|prune|verify manages the layer store.
+//
+//	sandcell rootfs build [--all | LANG...]   build missing layers (default: sh python)
+//	sandcell rootfs list [--json]             languages: layer id, version, size, build time
+//	sandcell rootfs prune                     remove layers no language of the catalogue uses
+//	sandcell rootfs verify [LANG...]          re-hash layers (default: every layer in the store)
+func cmdRootfs(ctx context.Context, env *cliEnv, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(env.stderr, "usage: sandcell rootfs build|list|prune|verify [flags]")
+		return 2
+	}
+	switch args[0] {
+	case "build":
+		return cmdBuild(ctx, env, args[1:])
+	case "list":
+		return cmdRootfsList(ctx, env, args[1:])
+	case "prune":
+		return cmdRootfsPrune(ctx, env, args[1:])
+	case "verify":
+		return cmdRootfsVerify(ctx, env, args[1:])
+	}
+	fmt.Fprintf(env.stderr, "sandcell rootfs: unknown command %q\n", args[0])
+	return 2
+}
+
+func (e *cliEnv) store() *rootfs.Store {
+	return &rootfs.Store{Dir: e.cfg.LayerDir, Logger: e.log}
+}
+
+// languagesArg resolves LANG arguments; none means def.
+func languagesArg(names []string, def []rootfs.Language) ([]rootfs.Language, error) {
+	if len(names) == 0 {
+		return def, nil
+	}
+	var langs []rootfs.Language
+	for _, n := range names {
+		l, err := rootfs.Lookup(n)
+		if err != nil {
+			return nil, err
+		}
+		langs = append(langs, l)
+	}
+	return langs, nil
+}
+
+// cmdBuild: sandcell [rootfs] build [--all | LANG...] builds the languages'
+// missing layers (none named: all of them, as before; "rootfs build"
+// without arguments builds all too). Built layers are kept.
 func cmdBuild(ctx context.Context, env *cliEnv, args []string) int {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
+	fs.Bool("all", false, "build every language of the catalogue")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	var langs []rootfs.Language
-	if fs.NArg() == 0 {
-		langs = rootfs.Languages()
+	langs, err := languagesArg(fs.Args(), rootfs.Languages())
+	if err != nil {
+		return env.fail(err)
 	}
-	for _, name := range fs.Args() {
-		l, err := rootfs.Lookup(name)
-		if err != nil {
-			return env.fail(err)
-		}
-		langs = append(langs, l)
-	}
-	store := &rootfs.Store{Dir: env.cfg.LayerDir, Logger: env.log}
+	store := env.store()
 	for _, l := range langs {
 		start := time.Now()
-		if err := store.Build(ctx, l); err != nil {
+		// On a terminal, a progress bar goes here (a library such as
+		// github.com/schollz/progressbar/v3: bar.ChangeMax(p.Total),
+		// bar.Set(p.Done), bar.Describe(p.Layer+": "+p.Step)); plain lines
+		// otherwise.
+		err := store.BuildWith(ctx, l, func(p rootfs.Progress) {
+			fmt.Fprintf(env.stderr, "%s: [%d/%d] %s layer: %s\n", p.Language, p.Done, p.Total, p.Layer, p.Step)
+		})
+		if err != nil {
 			return env.fail(fmt.Errorf("build %s: %w", l.Name, err))
 		}
 		fmt.Fprintf(env.stdout, "%s: ready (%s)\n", l.Name, time.Since(start).Round(10*time.Millisecond))
@@ -44,18 +94,142 @@ func cmdBuild(ctx context.Context, env *cliEnv, args []string) int {
 	return 0
 }
 
-// cmdLanguages: sandcell languages lists the catalogue and which layers exist.
-func cmdLanguages(_ context.Context, env *cliEnv, _ []string) int {
-	store := &rootfs.Store{Dir: env.cfg.LayerDir, Logger: env.log}
-	w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "LANGUAGE\tALIASES\tLAYER")
+// statuses reports every catalogue language's state in the store.
+func statuses(store *rootfs.Store) ([]rootfs.Status, error) {
+	var out []rootfs.Status
 	for _, l := range rootfs.Languages() {
-		state := "built"
-		if _, err := store.Root(l); err != nil {
-			state = "not built (sandcell build " + l.Name + ")"
+		st, err := store.Status(l)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", l.Name, err)
 		}
-		fmt.Fprintf(w, "%s\t%v\t%s\n", l.Name, l.Aliases, state)
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// cmdRootfsList: sandcell rootfs list [--json].
+func cmdRootfsList(_ context.Context, env *cliEnv, args []string) int {
+	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	asJSON := fs.Bool("json", false, "JSON output")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	sts, err := statuses(env.store())
+	if err != nil {
+		return env.fail(err)
+	}
+	if *asJSON {
+		return writeJSON(env.stdout, sts)
+	}
+	w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "LANGUAGE\tLAYER\tPACKAGE\tVERSION\tSIZE\tWITH BASE\tBUILD TIME")
+	for _, st := range sts {
+		if !st.Built {
+			fmt.Fprintf(w, "%s\t-\t%s\t-\t-\t-\tnot built (sandcell rootfs build %s)\n", st.Language, st.Package, st.Language)
+			continue
+		}
+		fmt.Fprintf(w, "%s\t%.19s\t%s\t%s\t%.1f MB\t%.1f MB\t%.1f s\n", st.Language, st.Layer, st.Package, st.Version,
+			float64(st.Bytes)/1e6, float64(st.StackBytes)/1e6, st.BuildSecs)
 	}
 	w.Flush()
+	return 0
+}
+
+// cmdRootfsPrune: sandcell rootfs prune.
+func cmdRootfsPrune(ctx context.Context, env *cliEnv, _ []string) int {
+	res, err := env.store().Prune(ctx)
+	for _, id := range res.Layers {
+		fmt.Fprintf(env.stdout, "removed layer %s\n", id)
+	}
+	fmt.Fprintf(env.stdout, "freed %.1f MB (%d layers, %d roots, %d other entries)\n",
+		float64(res.Bytes)/1e6, len(res.Layers), res.Roots, len(res.Other))
+	if err != nil {
+		return env.fail(err)
+	}
+	return 0
+}
+
+// cmdRootfsVerify: sandcell rootfs verify [LANG...]: with languages, their
+// stacks; without, every layer in the store.
+func cmdRootfsVerify(ctx context.Context, env *cliEnv, args []string) int {
+	store := env.store()
+	var failed bool
+	if len(args) > 0 {
+		langs, err := languagesArg(args, nil)
+		if err != nil {
+			return env.fail(err)
+		}
+		for _, l := range langs {
+			if err := store.Verify(ctx, l); err != nil {
+				fmt.Fprintf(env.stdout, "%s: %v\n", l.Name, err)
+				failed = true
+				continue
+			}
+			fmt.Fprintf(env.stdout, "%s: ok\n", l.Name)
+		}
+	} else {
+		ms, err := store.List()
+		if err != nil {
+			return env.fail(err)
+		}
+		for _, m := range ms {
+			name := cmpOr(m.Language, m.Kind)
+			if _, err := store.VerifyLayer(ctx, m.ID); err != nil {
+				fmt.Fprintf(env.stdout, "%-12s %.19s %v\n", name, m.ID, err)
+				failed = true
+				continue
+			}
+			fmt.Fprintf(env.stdout, "%-12s %.19s ok\n", name, m.ID)
+		}
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// cmdLanguages: sandcell languages [--json] lists the catalogue with the
+// installed versions (what the MCP list_languages tool serves).
+func cmdLanguages(_ context.Context, env *cliEnv, args []string) int {
+	fs := flag.NewFlagSet("languages", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	asJSON := fs.Bool("json", false, "JSON output")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	sts, err := statuses(env.store())
+	if err != nil {
+		return env.fail(err)
+	}
+	if *asJSON {
+		return writeJSON(env.stdout, sts)
+	}
+	w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "LANGUAGE\tALIASES\tVERSION\tCOMPILED\tLAYER")
+	for _, st := range sts {
+		state := "built"
+		if !st.Built {
+			state = "not built (sandcell rootfs build " + st.Language + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\n", st.Language, strings.Join(st.Aliases, ","), cmpOr(st.Version, "-"), st.Compiled, state)
+	}
+	w.Flush()
+	return 0
+}
+
+func writeJSON(w io.Writer, v any) int {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return exitInternal
+	}
 	return 0
 }

@@ -129,8 +129,8 @@ func doctorChecks(ctx context.Context, cfg Config) []check {
 	store := &rootfs.Store{Dir: cfg.LayerDir}
 	for _, l := range rootfs.Languages() {
 		c := check{Name: "layer " + l.Name, Required: false, OK: true, Detail: "built in " + cfg.LayerDir}
-		if _, err := store.Root(l); err != nil {
-			c.OK, c.Detail, c.Fix = false, "not built", "sandcell build "+l.Name
+		if built, err := store.Built(l); err != nil || !built {
+			c.OK, c.Detail, c.Fix = false, "not built", "sandcell rootfs build "+l.Name
 		}
 		cs = append(cs, c)
 	}

@@ -26,8 +26,14 @@ type Config struct {
 	// StateDir holds runtime state (containers, per-run mounts); cleaned
 	// at start-up of leftovers from a killed server.
 	StateDir string
-	// LayerDir is the language layer store.
+	// LayerDir is sandcell's home: the language layers and roots live in
+	// LayerDir/rootfs (rootfs.Store). Default $SANDCELL_HOME or
+	// /var/lib/sandcell.
 	LayerDir string
+	// AutoBuild builds a language's missing layers on its first use (from
+	// the Debian mirror). Off for offline or locked-down hosts: a missing
+	// layer is then an error naming "sandcell rootfs build LANG".
+	AutoBuild bool
 	// CgroupParent is the cgroup holding every sandbox.
 	CgroupParent string
 	// MaxMemory and MaxPids are the parent cgroup's ceilings for all
@@ -55,7 +61,8 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		StateDir:     "/run/sandcell",
-		LayerDir:     "/var/lib/sandcell/layers",
+		LayerDir:     rootfs.DefaultDir(),
+		AutoBuild:    true,
 		CgroupParent: "/sandcell",
 		MaxPids:      16384,
 		UIDBase:      100000,
@@ -67,7 +74,12 @@ func DefaultConfig() Config {
 
 func (c *Config) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "runtime state directory")
-	fs.StringVar(&c.LayerDir, "layer-dir", c.LayerDir, "language layer store")
+	fs.StringVar(&c.LayerDir, "home", c.LayerDir, "sandcell home: language layers in <home>/rootfs (default $SANDCELL_HOME or /var/lib/sandcell)")
+	fs.StringVar(&c.LayerDir, "layer-dir", c.LayerDir, "same as --home (deprecated)")
+	fs.BoolFunc("no-build", "never build a missing language layer on first use (offline hosts)", func(string) error {
+		c.AutoBuild = false
+		return nil
+	})
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "cgroup that holds every sandbox")
 	fs.UintVar(&c.UIDBase, "uid-base", c.UIDBase, "first host uid/gid of the sandboxes' 65536-id range")
 	fs.Func("max-memory", "memory ceiling for all sandboxes together (default: half the host's memory)", func(v string) error {

@@ -1,0 +1,508 @@
+package rootfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Build builds the language's layers that are missing: the skeleton, the
+// base, the layers of the language it extends and its own. Layers already
+// built are kept, so building a second language reuses the base. Concurrent
+// builds of one layer, in this process or others, wait for each other and
+// build it once. Cancelling ctx stops the build (mmdebstrap and setup steps
+// are killed) and removes its temporary directory.
+//
+// Preconditions: root (mmdebstrap's root mode and chroot(2)), mmdebstrap
+// installed, the Debian mirror reachable. Only builds reach the network;
+// runs never do.
+func (s *Store) Build(ctx context.Context, lang Language) error {
+	return s.BuildWith(ctx, lang, nil)
+}
+
+// BuildWith is Build reporting progress to fn (nil: no reports). fn is
+// called from the building goroutine; it must not block for long.
+func (s *Store) BuildWith(ctx context.Context, lang Language, fn func(Progress)) error {
+	if err := lang.check(); err != nil {
+		return fmt.Errorf("%w %q: %w", ErrUnknownLanguage, lang.Name, err)
+	}
+	if _, err := s.resolve(lang); !errors.Is(err, ErrNotBuilt) {
+		return err // built already, or a real error
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("building the %s layers needs root (mmdebstrap root mode and chroot)", lang.Name)
+	}
+	dir, err := s.dir()
+	if err != nil {
+		return err
+	}
+	if err := mkdirAll(filepath.Join(dir, locksDir)); err != nil {
+		return fmt.Errorf("create store: %w", err)
+	}
+	s.warnUntraversable(dir)
+	unlock, err := lockWait(ctx, filepath.Join(dir, locksDir, storeLock), true, func() {
+		s.log().Info("waiting for a prune to finish", "language", lang.Name)
+	})
+	if err != nil {
+		return fmt.Errorf("lock store: %w", err)
+	}
+	defer unlock()
+
+	specs, err := chain(lang)
+	if err != nil {
+		return err
+	}
+	todo, err := s.missing(specs)
+	if err != nil {
+		return err
+	}
+	p := Progress{Language: lang.Name, Total: todo * stepsPerLayer}
+	layersDone := 0
+	report := func(layer, step string) {
+		p.Layer, p.Step = layer, step
+		switch step {
+		case "setup":
+			p.Done = layersDone*stepsPerLayer + 1
+		case "finish":
+			p.Done = layersDone*stepsPerLayer + 2
+		case "hash":
+			p.Done = layersDone*stepsPerLayer + 3
+		case "done":
+			layersDone++
+			p.Done = min(layersDone*stepsPerLayer, p.Total)
+		default: // wait, extract
+			p.Done = layersDone * stepsPerLayer
+		}
+		if fn != nil {
+			fn(p)
+		}
+	}
+
+	start := time.Now()
+	if _, err := s.ensureLayer(ctx, KindSkeleton, skeletonRecipe(), report); err != nil {
+		return fmt.Errorf("build skeleton layer: %w", err)
+	}
+	var lower []string
+	for _, spec := range specs {
+		id, err := s.ensureLayer(ctx, spec.name, spec.recipe(lower), report)
+		if err != nil {
+			return fmt.Errorf("build %s layer: %w", spec.name, err)
+		}
+		lower = append([]string{id}, lower...)
+	}
+	s.log().Info("language built", "language", lang.Name, "duration", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// missing counts the layers of specs (plus the skeleton) that are not built.
+// Once one is missing, every layer above it is too: its recipe names the
+// new layer's id.
+func (s *Store) missing(specs []layerSpec) (int, error) {
+	n := 0
+	if _, ok, err := s.lookupRecipe(skeletonRecipe().key()); err != nil {
+		return 0, err
+	} else if !ok {
+		n++
+	}
+	var lower []string
+	for i, spec := range specs {
+		id, ok, err := s.lookupRecipe(spec.recipe(lower).key())
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return n + len(specs) - i, nil
+		}
+		lower = append([]string{id}, lower...)
+	}
+	return n, nil
+}
+
+// ensureLayer returns the id of the layer built from r, building it unless
+// it exists. One builder per recipe: the others wait on its lock, then find
+// the layer.
+func (s *Store) ensureLayer(ctx context.Context, name string, r recipe, report func(layer, step string)) (string, error) {
+	key := r.key()
+	if id, ok, err := s.lookupRecipe(key); err != nil || ok {
+		return id, err
+	}
+	dir, err := s.dir()
+	if err != nil {
+		return "", err
+	}
+	unlock, err := lockWait(ctx, filepath.Join(dir, locksDir, "recipe-"+key+".lock"), false, func() {
+		s.log().Info("waiting for another build", "layer", name)
+		report(name, "wait")
+	})
+	if err != nil {
+		return "", fmt.Errorf("lock: %w", err)
+	}
+	defer unlock()
+	if id, ok, err := s.lookupRecipe(key); err != nil || ok {
+		if ok {
+			report(name, "done")
+		}
+		return id, err // another builder finished while we waited
+	}
+	s.log().Info("building layer", "layer", name, "kind", r.Kind, "packages", r.Packages)
+	m, err := s.buildLayer(ctx, name, r, func(step string) { report(name, step) })
+	if err != nil {
+		return "", err
+	}
+	if err := s.setRecipe(key, m.ID); err != nil {
+		return "", err
+	}
+	s.log().Info("layer built", "layer", name, "id", m.ID, "bytes", m.Bytes, "files", m.Tree.Entries,
+		"packages", len(m.Packages), "duration", time.Duration(m.BuildSeconds*float64(time.Second)).Round(time.Millisecond))
+	report(name, "done")
+	return m.ID, nil
+}
+
+// setRecipe points recipes/<key> at the layer id, atomically.
+func (s *Store) setRecipe(key, id string) error {
+	dir, err := s.dir()
+	if err != nil {
+		return err
+	}
+	rdir := filepath.Join(dir, recipesDir)
+	if err := mkdirAll(rdir); err != nil {
+		return err
+	}
+	tmp := filepath.Join(rdir, fmt.Sprintf(".%s.%d", key, os.Getpid()))
+	_ = os.Remove(tmp)
+	if err := os.Symlink("../"+layersDir+"/"+hexID(id), tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(rdir, key)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncfs(rdir)
+}
+
+// Ensure returns the language's root (see Root), first building its
+// missing layers with progress reported to fn: what a server does on the
+// first use of a language. A server that must not build (offline or
+// locked-down hosts) calls Root instead, whose error names the command
+// that builds the layers.
+func (s *Store) Ensure(ctx context.Context, lang Language, fn func(Progress)) (string, error) {
+	root, err := s.Root(lang)
+	if !errors.Is(err, ErrNotBuilt) {
+		return root, err
+	}
+	if err := s.BuildWith(ctx, lang, fn); err != nil {
+		return "", err
+	}
+	return s.Root(lang)
+}
+
+// Clean removes what killed processes left: temporary directories of
+// builds whose builder is gone (a build in progress, in this or another
+// process, holds its lock and is left alone), and roots that no language of
+// the catalogue uses any more (unmounted: sandboxes running on them keep
+// their copies). Layers are never touched; see Prune. A missing Dir is
+// clean. Run it at start-up.
+func (s *Store) Clean() error {
+	dir, err := s.dir()
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var errs []error
+	entries, err := os.ReadDir(filepath.Join(dir, tmpDir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, e := range entries {
+		key, _, _ := strings.Cut(e.Name(), "-")
+		if !hexRE.MatchString(key) {
+			continue
+		}
+		p := filepath.Join(dir, tmpDir, e.Name())
+		unlock, locked, err := tryLock(filepath.Join(dir, locksDir, "recipe-"+key+".lock"))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !locked {
+			s.log().Info("build in progress, not cleaning", "dir", p)
+			continue
+		}
+		err = removeTree(p)
+		unlock()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.log().Info("removed stale build", "dir", p)
+	}
+	_, err = s.removeRoots(s.liveRoots())
+	return errors.Join(append(errs, err)...)
+}
+
+// liveRoots are the root ids of the catalogue's built languages.
+func (s *Store) liveRoots() map[string]bool {
+	live := map[string]bool{}
+	for _, l := range cat.Languages {
+		if st, err := s.resolve(l); err == nil {
+			live[st.rootID()] = true
+		}
+	}
+	return live
+}
+
+// removeRoots unmounts and removes every root directory not in live.
+func (s *Store) removeRoots(live map[string]bool) (int, error) {
+	dir, err := s.dir()
+	if err != nil {
+		return 0, err
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, rootsDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	n := 0
+	for _, e := range entries {
+		if live[e.Name()] || !e.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, rootsDir, e.Name())
+		if err := s.unmountRoot(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+		s.log().Info("removed stale root", "root", p)
+	}
+	return n, errors.Join(errs...)
+}
+
+// Pruned says what Prune removed.
+type Pruned struct {
+	// Layers are the ids of the removed layers.
+	Layers []string `json:"layers"`
+	// Bytes is their total size.
+	Bytes int64 `json:"bytes"`
+	// Roots is the number of stale roots unmounted and removed.
+	Roots int `json:"roots"`
+	// Other are other entries removed: stale recipe pointers, temporary
+	// builds, the previous store format's layers.
+	Other []string `json:"other"`
+}
+
+// Prune removes the layers that no language of the catalogue uses (left by
+// an older catalogue or by rebuilt layers), their roots and recipe
+// pointers, leftover builds, and layers of the previous store format
+// (Dir/layers/<name>/, the old default /var/lib/sandcell/layers). It waits for running builds and blocks new ones
+// while it runs.
+//
+// Preconditions: root, to unmount stale roots.
+func (s *Store) Prune(ctx context.Context) (Pruned, error) {
+	var res Pruned
+	dir, err := s.dir()
+	if err != nil {
+		return res, err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return res, nil
+	}
+	if err := mkdirAll(filepath.Join(dir, locksDir)); err != nil {
+		return res, err
+	}
+	unlock, err := lockWait(ctx, filepath.Join(dir, locksDir, storeLock), false, func() {
+		s.log().Info("waiting for builds to finish before pruning")
+	})
+	if err != nil {
+		return res, fmt.Errorf("lock store: %w", err)
+	}
+	defer unlock()
+
+	// What the catalogue uses: every recipe key of every language's chain
+	// that can be resolved, and the layers they point at.
+	liveKeys := map[string]bool{}
+	liveIDs := map[string]bool{}
+	skel := skeletonRecipe().key()
+	liveKeys[skel] = true
+	if id, ok, err := s.lookupRecipe(skel); err != nil {
+		return res, err
+	} else if ok {
+		liveIDs[hexID(id)] = true
+	}
+	for _, l := range cat.Languages {
+		specs, err := chain(l)
+		if err != nil {
+			return res, err
+		}
+		var lower []string
+		for _, spec := range specs {
+			key := spec.recipe(lower).key()
+			liveKeys[key] = true
+			id, ok, err := s.lookupRecipe(key)
+			if err != nil {
+				return res, err
+			}
+			if !ok {
+				break
+			}
+			liveIDs[hexID(id)] = true
+			lower = append([]string{id}, lower...)
+		}
+	}
+
+	var errs []error
+	res.Roots, err = s.removeRoots(s.liveRoots())
+	errs = append(errs, err)
+
+	// No build runs (we hold the store lock): every temporary build is
+	// left by a dead builder, and no one waits on a recipe lock.
+	for _, sub := range []string{tmpDir, recipesDir, locksDir} {
+		entries, err := os.ReadDir(filepath.Join(dir, sub))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range entries {
+			name := e.Name()
+			var stale bool
+			switch sub {
+			case tmpDir:
+				stale = true
+			case recipesDir:
+				stale = !liveKeys[name]
+			case locksDir:
+				k, isRecipe := strings.CutPrefix(strings.TrimSuffix(name, ".lock"), "recipe-")
+				stale = isRecipe && !liveKeys[k]
+			}
+			if !stale {
+				continue
+			}
+			p := filepath.Join(dir, sub, name)
+			if err := removeTree(p); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			res.Other = append(res.Other, filepath.Join(sub, name))
+		}
+	}
+
+	entries, err := os.ReadDir(filepath.Join(dir, layersDir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !hexRE.MatchString(name) || liveIDs[name] {
+			continue
+		}
+		m, _ := s.readManifest(name)
+		if err := removeTree(filepath.Join(dir, layersDir, name)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		res.Layers = append(res.Layers, "sha256:"+name)
+		res.Bytes += m.Bytes
+		s.log().Info("pruned layer", "id", "sha256:"+name, "kind", m.Kind, "language", m.Language, "bytes", m.Bytes)
+	}
+
+	// Store format 1 kept its layers in Dir/layers/<name>.
+	home, err := s.home()
+	if err != nil {
+		return res, err
+	}
+	old := filepath.Join(home, layersDir)
+	entries, err = os.ReadDir(old)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(old, e.Name())
+		if !oldFormatEntry(p, e.Name()) {
+			continue
+		}
+		if err := removeTree(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		res.Other = append(res.Other, p)
+		s.log().Info("pruned layer of the previous store format", "path", p)
+	}
+	return res, errors.Join(errs...)
+}
+
+// oldFormatEntry recognises what store format 1 kept in its directory,
+// /var/lib/sandcell/layers by default: <name>/root with
+// <name>/manifest.json, <name>.lock, and .build-<name>-<random>.
+func oldFormatEntry(p, name string) bool {
+	if base, ok := strings.CutSuffix(name, ".lock"); ok && nameRE.MatchString(base) {
+		return true
+	}
+	if strings.HasPrefix(name, ".build-") {
+		return true
+	}
+	if !nameRE.MatchString(name) {
+		return false
+	}
+	_, err1 := os.Stat(filepath.Join(p, "root"))
+	_, err2 := os.Stat(filepath.Join(p, manifestName))
+	return err1 == nil && err2 == nil
+}
+
+// Verify re-hashes every layer of the language's stack and compares it with
+// the hash recorded at build time. A modified layer is an error wrapping
+// ErrModified that names the layer.
+func (s *Store) Verify(ctx context.Context, lang Language) error {
+	st, err := s.resolve(lang)
+	if err != nil {
+		return err
+	}
+	for _, h := range st.layers {
+		if _, err := s.VerifyLayer(ctx, "sha256:"+h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// VerifyLayer re-hashes one layer (by id, as in Manifest.ID) and compares it
+// with its manifest. It returns the manifest; a mismatch is an error
+// wrapping ErrModified.
+func (s *Store) VerifyLayer(ctx context.Context, id string) (Manifest, error) {
+	h := hexID(id)
+	if !hexRE.MatchString(h) {
+		return Manifest{}, fmt.Errorf("layer id %q: not sha256:<64 hex digits>", id)
+	}
+	m, err := s.readManifest(h)
+	if err != nil {
+		return Manifest{}, err
+	}
+	got, err := hashTree(ctx, s.layerRoot(h))
+	if err != nil {
+		return m, fmt.Errorf("layer %.19s: %w", id, err)
+	}
+	if got.Digest != m.Tree.Digest {
+		what := m.Kind
+		if m.Language != "" {
+			what = m.Language
+		}
+		return m, fmt.Errorf("%s layer %.19s: %w: tree hash %s, built as %s (%d entries now, %d then; run: sandcell rootfs prune, then build it again)",
+			what, id, ErrModified, got.Digest, m.Tree.Digest, got.Entries, m.Tree.Entries)
+	}
+	return m, nil
+}

@@ -1,0 +1,157 @@
+package rootfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountinfoPath is this thread's view of the mount table. Not
+// /proc/self/mountinfo: that is the view of the thread-group leader, and
+// libcontainer moves some threads of this process into a container's mount
+// namespace (runc's mount-source thread in process_linux.go locks one and
+// setns(2)s it; if that is the main thread, /proc/self shows the
+// container's mounts). Every reader locks its goroutine to its thread, which
+// is in the host's namespace because a thread libcontainer moved runs
+// nothing else.
+const mountinfoPath = "/proc/thread-self/mountinfo"
+
+// mountEntry is one line of mountinfo, the fields sandcell needs.
+type mountEntry struct {
+	point  string // mount point, unescaped
+	fstype string
+	source string
+}
+
+// readMountinfo returns the calling thread's mount table, in mount order.
+func readMountinfo() ([]mountEntry, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	data, err := os.ReadFile(mountinfoPath)
+	if err != nil {
+		return nil, err
+	}
+	return parseMountinfo(data), nil
+}
+
+// parseMountinfo parses proc(5)'s mountinfo format:
+//
+//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+//
+// Lines it cannot parse are skipped.
+func parseMountinfo(data []byte) []mountEntry {
+	var out []mountEntry
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		f := strings.Fields(string(line))
+		sep := -1
+		for i := 6; i < len(f); i++ {
+			if f[i] == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(f) < 5 || sep < 0 || sep+2 >= len(f) {
+			continue
+		}
+		out = append(out, mountEntry{point: unescapeMountinfo(f[4]), fstype: f[sep+1], source: unescapeMountinfo(f[sep+2])})
+	}
+	return out
+}
+
+// mountedAt returns the topmost mount at point, if any.
+func mountedAt(mounts []mountEntry, point string) (mountEntry, bool) {
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if mounts[i].point == point {
+			return mounts[i], true
+		}
+	}
+	return mountEntry{}, false
+}
+
+// overlaySource is the source string sandcell's overlays are mounted with,
+// so that they can be told apart from anyone else's.
+const overlaySource = "sandcell"
+
+// isSandcellRoot reports whether m is a root sandcell mounted.
+func isSandcellRoot(m mountEntry) bool {
+	return m.fstype == "overlay" && m.source == overlaySource
+}
+
+// mountOverlay mounts a read-only overlay of lowers (top first, at least
+// two) at point: no upper directory, so nothing can be written through it.
+//
+// Not nosuid or nodev: in a sandbox's user namespace those flags of the
+// root's mount are locked, and gVisor's gofer (runsc 2022-12) remounts the
+// root read-only without them, which the kernel refuses (EPERM). The layers
+// hold no setuid or setgid file and no device node (normalise strips and
+// rejects them, Verify checks the tree), and runs set no_new_privs.
+//
+// Preconditions: root (CAP_SYS_ADMIN); point an existing directory.
+func mountOverlay(point string, lowers []string) error {
+	if len(lowers) < 2 {
+		return fmt.Errorf("overlay needs at least two lower directories, got %d", len(lowers))
+	}
+	for _, l := range lowers {
+		// overlayfs splits lowerdir at ':' and the options at ','.
+		if strings.ContainsAny(l, ":,\\\n") {
+			return fmt.Errorf("layer path %q contains one of ':', ',', '\\' or a newline, which overlayfs options cannot hold", l)
+		}
+	}
+	opts := "lowerdir=" + strings.Join(lowers, ":")
+	if len(opts) >= os.Getpagesize() {
+		return fmt.Errorf("overlay options are %d bytes, more than a page: use a shorter store directory", len(opts))
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	err := unix.Mount(overlaySource, point, "overlay", unix.MS_RDONLY, opts)
+	if err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return fmt.Errorf("mount overlay: %w (mounting a language root needs root)", err)
+		}
+		return fmt.Errorf("mount overlay at %s: %w", point, err)
+	}
+	return nil
+}
+
+// unmount detaches the mount at point (lazily: sandboxes that run on it
+// have their own copy in their mount namespace and keep running).
+func unmount(point string) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.Unmount(point, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("unmount %s: %w", point, err)
+	}
+	return nil
+}
+
+// unescapeMountinfo undoes the kernel's octal escaping (\040 for a space)
+// of paths in mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

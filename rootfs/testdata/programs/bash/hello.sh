@@ -1,0 +1,2 @@
+read -r line
+if [[ -n "${line}" ]]; then echo "hello, ${line}"; fi

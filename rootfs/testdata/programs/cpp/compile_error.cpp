@@ -1,0 +1,3 @@
+int main() {
+	std::string s;
+}

@@ -1,0 +1,1 @@
+die "boom\n";

@@ -1,0 +1,3 @@
+<?php
+$line = trim(fgets(STDIN));
+echo "hello, $line\n";

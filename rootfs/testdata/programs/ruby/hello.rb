@@ -1,0 +1,2 @@
+line = $stdin.gets.chomp
+puts "hello, #{line}"

@@ -1,0 +1,3 @@
+fn main() {
+    let x: i32 = "a";
+}

@@ -1,0 +1,2 @@
+read -r line
+echo "hello, $line"

@@ -1,0 +1,2 @@
+const n: number = "not a number";
+console.log(n);

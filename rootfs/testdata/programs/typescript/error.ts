@@ -1,0 +1,4 @@
+function fail(msg: string): never {
+  throw new Error(msg);
+}
+fail("boom");

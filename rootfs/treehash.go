@@ -1,0 +1,119 @@
+package rootfs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// TreeHash is a deterministic digest of a directory tree: every entry's
+// path, type, permission bits (setuid, setgid and sticky included), owner,
+// and a regular file's contents or a symlink's target. Timestamps, inode
+// numbers and hard-link structure are left out, so the same content built
+// twice, or copied, hashes the same; any change a program could see (a
+// byte, a mode, a new or removed file) changes it.
+//
+// The digest is the SHA-256 of one line per entry in lexical path order
+// (fs.WalkDir's), root first:
+//
+//	<type> <quoted path> <mode octal> <uid>:<gid> <payload>\n
+//
+// where type is d (directory), f (regular file, payload "<sha256> <size>"),
+// l (symlink, payload the quoted target) or o (anything else, payload the
+// file type), and path is "." for the root.
+type TreeHash struct {
+	// Digest is "sha256:" and 64 hex digits.
+	Digest string `json:"digest"`
+	// Bytes is the total size of the regular files (hard links counted
+	// once).
+	Bytes int64 `json:"bytes"`
+	// Entries is the number of paths, the root included.
+	Entries int64 `json:"entries"`
+}
+
+// hashTree computes dir's TreeHash. It reads through an os.Root, so no
+// symlink in the tree leads it outside.
+func hashTree(ctx context.Context, dir string) (TreeHash, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return TreeHash{}, err
+	}
+	defer root.Close()
+	var (
+		th   TreeHash
+		sum  = sha256.New()
+		file = sha256.New()
+		buf  = make([]byte, 256<<10)
+		seen = map[uint64]bool{}
+	)
+	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		var uid, gid uint32
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid, gid = st.Uid, st.Gid
+		}
+		m := fi.Mode()
+		perm := uint32(m.Perm())
+		if m&fs.ModeSetuid != 0 {
+			perm |= 0o4000
+		}
+		if m&fs.ModeSetgid != 0 {
+			perm |= 0o2000
+		}
+		if m&fs.ModeSticky != 0 {
+			perm |= 0o1000
+		}
+		var kind, payload string
+		switch {
+		case m.IsDir():
+			kind = "d"
+		case m&fs.ModeSymlink != 0:
+			target, err := root.Readlink(name)
+			if err != nil {
+				return err
+			}
+			kind, payload = "l", strconv.Quote(target)
+		case m.IsRegular():
+			f, err := root.Open(name)
+			if err != nil {
+				return err
+			}
+			file.Reset()
+			n, err := io.CopyBuffer(file, f, buf)
+			f.Close()
+			if err != nil {
+				return err
+			}
+			kind, payload = "f", hex.EncodeToString(file.Sum(nil))+" "+strconv.FormatInt(n, 10)
+			if ino := inode(fi); ino == 0 || !seen[ino] {
+				seen[ino] = true
+				th.Bytes += n
+			}
+		default:
+			kind, payload = "o", m.Type().String()
+		}
+		th.Entries++
+		_, err = fmt.Fprintf(sum, "%s %s %o %d:%d %s\n", kind, strconv.Quote(name), perm, uid, gid, payload)
+		return err
+	})
+	if err != nil {
+		return TreeHash{}, err
+	}
+	th.Digest = "sha256:" + hex.EncodeToString(sum.Sum(nil))
+	return th, nil
+}
