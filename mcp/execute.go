@@ -36,7 +36,16 @@ type ExecuteRequest struct {
 // ExecuteResult is what one run did. Its JSON field names are fixed: they
 // are oci.Result's, shared by the CLI's --json, structuredContent and the
 // seed's flat call_tool result.
+// ExecuteResult is the result of execute_code: the run's verdict and, for a
+// compiled language, the compile phase's.
 type ExecuteResult struct {
+	PhaseResult
+	Compile       *PhaseResult `json:"compile,omitempty" jsonschema:"the compile phase's own result, for compiled languages"`
+	CompileFailed bool         `json:"compile_failed,omitempty" jsonschema:"the compile phase failed and the program did not run; stdout and stderr are the compiler's"`
+}
+
+// PhaseResult is one sandboxed run: the fixed fields of sandcell's result.
+type PhaseResult struct {
 	Stdout          string `json:"stdout" jsonschema:"the program's standard output (UTF-8, capped)"`
 	Stderr          string `json:"stderr" jsonschema:"the program's standard error (UTF-8, capped)"`
 	ExitCode        int    `json:"exit_code" jsonschema:"exit status; 128+N when signal N killed the program"`

@@ -13,7 +13,7 @@ import (
 type instantExecutor struct{}
 
 func (instantExecutor) Execute(_ context.Context, req ExecuteRequest) (ExecuteResult, error) {
-	return ExecuteResult{Stdout: string(req.Source), Status: "ok"}, nil
+	return ExecuteResult{PhaseResult: PhaseResult{Stdout: string(req.Source), Status: "ok"}}, nil
 }
 
 // FuzzDispatch feeds arbitrary input to a stream session, as one line or

@@ -25,11 +25,11 @@ func (f *fakeExecutor) Execute(ctx context.Context, req ExecuteRequest) (Execute
 	src := string(req.Source)
 	switch {
 	case strings.HasPrefix(src, "echo "):
-		return ExecuteResult{Stdout: strings.TrimPrefix(src, "echo ") + "\n" + string(req.Stdin), Status: "ok", ExecutionTimeMS: 12}, nil
+		return ExecuteResult{PhaseResult: PhaseResult{Stdout: strings.TrimPrefix(src, "echo ") + "\n" + string(req.Stdin), Status: "ok", ExecutionTimeMS: 12}}, nil
 	case src == "fail":
-		return ExecuteResult{Stderr: "boom\n", ExitCode: 3, Status: "error", ExecutionTimeMS: 5}, nil
+		return ExecuteResult{PhaseResult: PhaseResult{Stderr: "boom\n", ExitCode: 3, Status: "error", ExecutionTimeMS: 5}}, nil
 	case src == "timeout":
-		return ExecuteResult{ExitCode: 137, Signal: "SIGKILL", Status: "timeout", Message: "wall-clock limit of 10s reached; the run was killed"}, nil
+		return ExecuteResult{PhaseResult: PhaseResult{ExitCode: 137, Signal: "SIGKILL", Status: "timeout", Message: "wall-clock limit of 10s reached; the run was killed"}}, nil
 	case src == "refuse":
 		return ExecuteResult{}, errors.New(`unknown language "cobol"`)
 	case src == "block":
@@ -40,15 +40,15 @@ func (f *fakeExecutor) Execute(ctx context.Context, req ExecuteRequest) (Execute
 		f.mu.Lock()
 		f.cancelled++
 		f.mu.Unlock()
-		return ExecuteResult{Status: "cancelled", ExitCode: 137, Signal: "SIGKILL", Message: "cancelled"}, nil
+		return ExecuteResult{PhaseResult: PhaseResult{Status: "cancelled", ExitCode: 137, Signal: "SIGKILL", Message: "cancelled"}}, nil
 	case src == "slow":
 		select {
 		case <-time.After(1500 * time.Millisecond):
 		case <-ctx.Done():
 		}
-		return ExecuteResult{Stdout: "done\n", Status: "ok"}, nil
+		return ExecuteResult{PhaseResult: PhaseResult{Stdout: "done\n", Status: "ok"}}, nil
 	}
-	return ExecuteResult{Status: "ok"}, nil
+	return ExecuteResult{PhaseResult: PhaseResult{Status: "ok"}}, nil
 }
 
 func (f *fakeExecutor) cancelCount() int {

@@ -201,7 +201,16 @@ func (e executor) Execute(ctx context.Context, req mcp.ExecuteRequest) (mcp.Exec
 // toMCPResult copies oci.Result field by field (TestResultFieldsMatch keeps
 // the two JSON shapes identical).
 func toMCPResult(r oci.Result) mcp.ExecuteResult {
-	return mcp.ExecuteResult{
+	out := mcp.ExecuteResult{PhaseResult: toMCPPhase(r), CompileFailed: r.CompileFailed}
+	if r.Compile != nil {
+		c := toMCPPhase(*r.Compile)
+		out.Compile = &c
+	}
+	return out
+}
+
+func toMCPPhase(r oci.Result) mcp.PhaseResult {
+	return mcp.PhaseResult{
 		Stdout:          r.Stdout,
 		Stderr:          r.Stderr,
 		ExitCode:        r.ExitCode,
