@@ -1,5 +1,5 @@
 # The seed's programmatic Python client, as written, with only the URL
-# (and the language, which sandcell has: python) changed. It uses requests
+# changed (the seed's Go program runs in sandcell's go layer). It uses requests
 # when installed and falls back to urllib with the same JSON body and
 # headers otherwise (pip cannot reach PyPI here).
 import json
@@ -12,8 +12,8 @@ payload = {
     "params": {
         "tool": "execute_code",
         "arguments": {
-            "language": "python",
-            "source": "print(\"MCP Python\")"
+            "language": "go",
+            "source": "package main\nimport \"fmt\"\nfunc main(){fmt.Println(\"MCP Go\")}"
         }
     },
     "id": 1
