@@ -94,6 +94,26 @@ func cmdBuild(ctx context.Context, env *cliEnv, args []string) int {
 	return 0
 }
 
+// statusCommand is the shared start of "rootfs list" and "languages": parse
+// [--json], read every language's status, and print JSON if asked. done
+// says the command has finished with exit status code.
+func statusCommand(env *cliEnv, name string, args []string) (sts []rootfs.Status, code int, done bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	asJSON := fs.Bool("json", false, "JSON output")
+	if err := fs.Parse(args); err != nil {
+		return nil, 2, true
+	}
+	sts, err := statuses(env.store())
+	if err != nil {
+		return nil, env.fail(err), true
+	}
+	if *asJSON {
+		return nil, writeJSON(env.stdout, sts), true
+	}
+	return sts, 0, false
+}
+
 // statuses reports every catalogue language's state in the store.
 func statuses(store *rootfs.Store) ([]rootfs.Status, error) {
 	var out []rootfs.Status
@@ -109,18 +129,9 @@ func statuses(store *rootfs.Store) ([]rootfs.Status, error) {
 
 // cmdRootfsList: sandcell rootfs list [--json].
 func cmdRootfsList(_ context.Context, env *cliEnv, args []string) int {
-	fs := flag.NewFlagSet("list", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	asJSON := fs.Bool("json", false, "JSON output")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	sts, err := statuses(env.store())
-	if err != nil {
-		return env.fail(err)
-	}
-	if *asJSON {
-		return writeJSON(env.stdout, sts)
+	sts, code, done := statusCommand(env, "list", args)
+	if done {
+		return code
 	}
 	w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "LANGUAGE\tLAYER\tPACKAGE\tVERSION\tSIZE\tWITH BASE\tBUILD TIME")
@@ -199,18 +210,9 @@ func cmpOr(a, b string) string {
 // cmdLanguages: sandcell languages [--json] lists the catalogue with the
 // installed versions (what the MCP list_languages tool serves).
 func cmdLanguages(_ context.Context, env *cliEnv, args []string) int {
-	fs := flag.NewFlagSet("languages", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	asJSON := fs.Bool("json", false, "JSON output")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	sts, err := statuses(env.store())
-	if err != nil {
-		return env.fail(err)
-	}
-	if *asJSON {
-		return writeJSON(env.stdout, sts)
+	sts, code, done := statusCommand(env, "languages", args)
+	if done {
+		return code
 	}
 	w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "LANGUAGE\tALIASES\tVERSION\tCOMPILED\tLAYER")

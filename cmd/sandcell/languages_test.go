@@ -117,3 +117,33 @@ exit 0
 		t.Errorf("after %d hostile runs: %v", n, err)
 	}
 }
+
+// TestLanguagesAndRootfsList: the catalogue listings, as JSON, name every
+// language with its layer state, and the table form names the fix for an
+// unbuilt one.
+func TestLanguagesAndRootfsList(t *testing.T) {
+	for _, cmd := range [][]string{{"languages", "--json"}, {"rootfs", "list", "--json"}} {
+		code, out, errOut := cli(t, "", cmd...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", cmd, code, errOut)
+		}
+		var sts []struct {
+			Language string
+			Built    bool
+		}
+		if err := json.Unmarshal([]byte(out), &sts); err != nil {
+			t.Fatalf("%v: %v\n%s", cmd, err, out)
+		}
+		if len(sts) != len(rootfs.Languages()) {
+			t.Errorf("%v lists %d languages, the catalogue has %d", cmd, len(sts), len(rootfs.Languages()))
+		}
+		for _, st := range sts {
+			if st.Language == "sh" && !st.Built {
+				t.Errorf("%v: sh is not built, but make test builds it", cmd)
+			}
+		}
+	}
+	if code, _, errOut := cli(t, "", "rootfs", "list", "--bogus"); code != 2 {
+		t.Errorf("bad flag: exit %d %s, want 2", code, errOut)
+	}
+}
