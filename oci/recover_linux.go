@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/rootfs"
 )
 
 // Recover removes what dead instances left behind: a server killed with -9
@@ -111,35 +112,18 @@ func removeMounted(dir string) error {
 	return err
 }
 
-// unmountUnder detaches every mount at or below dir, deepest first.
+// unmountUnder detaches every mount below dir, deepest first.
 func unmountUnder(dir string) error {
-	// /proc/self is the thread-group leader, whose mount namespace may not
-	// be ours: libcontainer enters a container's namespaces on a locked
-	// thread that is never unlocked, and if that was the main thread it
-	// stays there, wedged. This thread is in the host's namespace.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	f, err := os.Open("/proc/thread-self/mountinfo")
+	points, err := rootfs.MountsUnder(filepath.Clean(dir))
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	prefix := filepath.Clean(dir) + "/"
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if strings.HasPrefix(mp, prefix) {
-			points = append(points, mp)
-		}
-	}
+	// Sorted, a mount point comes after its parent: reversed, children
+	// are detached before the mounts they sit on.
 	slices.Sort(points)
 	slices.Reverse(points)
+	runtime.LockOSThread() // this thread is in the host's mount namespace (see rootfs.MountsUnder)
+	defer runtime.UnlockOSThread()
 	var errs []error
 	for _, p := range points {
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
@@ -147,25 +131,6 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space...) of
-// /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			v := (int(s[i+1]-'0')<<6 | int(s[i+2]-'0')<<3 | int(s[i+3]-'0'))
-			b.WriteByte(byte(v))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // waitStopped polls until a container's init is gone (SIGKILL is

@@ -74,9 +74,3 @@ func TestCleanText(t *testing.T) {
 		}
 	}
 }
-
-func TestUnescapeMountinfo(t *testing.T) {
-	if got := unescapeMountinfo(`/run/a\040b`); got != "/run/a b" {
-		t.Errorf("unescapeMountinfo = %q", got)
-	}
-}

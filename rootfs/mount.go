@@ -70,6 +70,24 @@ func parseMountinfo(data []byte) []mountEntry {
 	return out
 }
 
+// MountsUnder returns the mount points strictly below dir in this thread's
+// view of the mount table (see mountinfoPath), deepest last in mount
+// order. The runtime uses it to find what a dead server left mounted.
+func MountsUnder(dir string) ([]string, error) {
+	mounts, err := readMountinfo()
+	if err != nil {
+		return nil, err
+	}
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	var out []string
+	for _, m := range mounts {
+		if strings.HasPrefix(m.point, prefix) {
+			out = append(out, m.point)
+		}
+	}
+	return out, nil
+}
+
 // mountedAt returns the topmost mount at point, if any.
 func mountedAt(mounts []mountEntry, point string) (mountEntry, bool) {
 	for i := len(mounts) - 1; i >= 0; i-- {
