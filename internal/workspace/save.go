@@ -1,0 +1,180 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Change is one difference Save found between the old tree and the new.
+type Change struct {
+	Path string `json:"path"` // relative to /work
+	Kind string `json:"kind"` // created, modified, deleted
+	Type string `json:"type"` // file, dir, symlink
+	Size int64  `json:"size"` // the new size (the old one when deleted)
+}
+
+// Fill copies the workspace into dst, an empty directory (normally the
+// run's fresh tmpfs /work), preserving modes (permission bits), mtimes
+// and symlinks (as symlinks); sparse files stay sparse; everything it
+// creates belongs to the sandbox user. dst itself is left as the caller
+// made it. A tmpfs too small for the workspace fails with ErrQuota.
+//
+// Preconditions: the caller holds the session's Lock; dst is a path the
+// server made, not one from a client.
+func (ss *Session) Fill(dst string) error {
+	if err := ss.locked(); err != nil {
+		return err
+	}
+	root, err := ss.openRoot()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(root)
+	dfd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return ss.wrap(fmt.Errorf("fill /work: %w", err))
+	}
+	defer unix.Close(dfd)
+	c := &copier{uid: ss.store.opts.UID, gid: ss.store.opts.GID}
+	if err := c.copyTree(root, dfd, ""); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			return fmt.Errorf("%w: session %s: the workspace does not fit in /work: %w", ErrQuota, ss.meta.ID, err)
+		}
+		return ss.wrap(fmt.Errorf("fill /work: %w", err))
+	}
+	if len(c.skipped) > 0 {
+		// Save and Write never store these; someone edited the store.
+		ss.store.log.Warn("workspace entries not copied to /work", "session_id", ss.meta.ID, "skipped", len(c.skipped))
+	}
+	return nil
+}
+
+// Save replaces the workspace with the tree in src, the run's /work
+// after its program died. It copies src into a new tree beside the
+// current one, then swaps the two atomically (renameat2 RENAME_EXCHANGE)
+// and removes the old: a kill -9 at any moment leaves the old tree or the
+// new one whole. Symlinks are copied as symlinks, hard links as
+// independent files; FIFOs, sockets, device nodes and mount points are
+// not copied and are returned in skipped. If src passes the session's
+// quota of bytes (ErrQuota) or entries (ErrQuota), holds a path longer
+// than MaxPath (ErrInvalid), or anything fails, the old tree stays and
+// the error says why. changes lists what differs from the old tree,
+// sorted by path.
+//
+// Preconditions: the caller holds the session's Lock; src is a path the
+// server made (its contents are the program's: nothing in it is
+// trusted).
+func (ss *Session) Save(src string) (changes []Change, skipped []string, err error) {
+	if err := ss.locked(); err != nil {
+		return nil, nil, err
+	}
+	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, ss.wrap(fmt.Errorf("save /work: %w", err))
+	}
+	defer unix.Close(sfd)
+	sess, err := ss.openSession()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unix.Close(sess)
+	old, err := ss.index(sess)
+	if err != nil {
+		return nil, nil, ss.wrap(fmt.Errorf("save /work: read the old tree: %w", err))
+	}
+	tmp := tmpName(newTreeTmp)
+	c := &copier{
+		uid:        ss.store.opts.UID,
+		gid:        ss.store.opts.GID,
+		quota:      ss.meta.Quota,
+		maxEntries: ss.store.opts.MaxEntries,
+		index:      map[string]info{},
+	}
+	err = ss.store.emptyTree(sess, tmp)
+	if err == nil {
+		err = ss.copyInto(sess, tmp, sfd, c)
+	}
+	if err != nil {
+		ss.removeTree(sess, tmp)
+		return nil, nil, fmt.Errorf("session %s: save /work (the workspace is unchanged): %w", ss.meta.ID, err)
+	}
+	if err := ss.swap(sess, tmp); err != nil {
+		return nil, nil, ss.wrap(fmt.Errorf("save /work (the workspace is unchanged): %w", err))
+	}
+	if len(c.skipped) > 0 {
+		ss.store.log.Debug("workspace entries not saved", "session_id", ss.meta.ID, "skipped", len(c.skipped))
+	}
+	return diff(old, c.index), c.skipped, nil
+}
+
+// copyInto copies the tree src into the new tree tmp of the session
+// directory sess.
+func (ss *Session) copyInto(sess int, tmp string, src int, c *copier) error {
+	dfd, err := openDir(sess, tmp)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	return c.copyTree(src, dfd, "")
+}
+
+// index describes every entry of the session's current tree.
+func (ss *Session) index(sess int) (map[string]info, error) {
+	root, err := openDir(sess, filesDir)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(root)
+	idx := map[string]info{}
+	err = walk(root, "", func(n *node) error {
+		var target string
+		if typeName(&n.st) == "symlink" {
+			t, err := readlinkAt(n.dirfd, n.name)
+			if err != nil {
+				return pathError(n.rel, err)
+			}
+			target = t
+		}
+		idx[n.rel] = infoOf(&n.st, target)
+		return nil
+	})
+	return idx, err
+}
+
+// diff lists what changed from the tree old to the tree new, sorted by
+// path (for one path a deletion before a creation: its type changed).
+// Directories count as modified only when their mode changes: their
+// mtime and size move with every entry added or removed, which is
+// reported for the entries themselves.
+func diff(old, new map[string]info) []Change {
+	var out []Change
+	for p, n := range new {
+		o, ok := old[p]
+		switch {
+		case !ok:
+			out = append(out, Change{Path: p, Kind: "created", Type: n.typ, Size: n.size})
+		case o.typ != n.typ:
+			out = append(out,
+				Change{Path: p, Kind: "deleted", Type: o.typ, Size: o.size},
+				Change{Path: p, Kind: "created", Type: n.typ, Size: n.size})
+		case o != n:
+			out = append(out, Change{Path: p, Kind: "modified", Type: n.typ, Size: n.size})
+		}
+	}
+	for p, o := range old {
+		if _, ok := new[p]; !ok {
+			out = append(out, Change{Path: p, Kind: "deleted", Type: o.typ, Size: o.size})
+		}
+	}
+	slices.SortFunc(out, func(a, b Change) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
+		}
+		return strings.Compare(b.Kind, a.Kind) // "deleted" before "created"
+	})
+	return out
+}
