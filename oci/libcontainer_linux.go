@@ -154,6 +154,10 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 	if err != nil {
 		return nil, err
 	}
+	// run.settle stays nil: the program is init of its pid namespace,
+	// and the kernel reports init's death only after every other process
+	// of the namespace is gone (zap_pid_ns_processes). Once init is
+	// reaped, nothing of the run can write to /work.
 	c := &lcContainer{run: run, rt: r}
 	r.register(id, c)
 	defer func() {

@@ -31,6 +31,46 @@ type Request struct {
 	// Collect asks for the files in /work after the program ended, in
 	// Result.Files: a compile phase's outputs, handed to the run phase.
 	Collect bool
+	// Workspace, if set, is a session's persistent /work: its files are
+	// copied into the run's fresh /work tmpfs before the request's Files
+	// are written (a File replaces an entry of the same path), and /work
+	// is handed back to it by Wait after the program died (whatever the
+	// verdict; after Collect), before the tmpfs is unmounted. Nil: /work
+	// starts empty and is thrown away.
+	// WorkBytes is the size of /work (0: Limits.TmpfsBytes, like /tmp):
+	// a session's quota. Like every tmpfs, what the program writes there
+	// counts against its memory limit.
+	WorkBytes int64
+	Workspace Workspace
+	// OnOutput, if set, receives the program's output while it runs, in
+	// order per stream, cleaned like the result's text (see TextCleaner)
+	// and only up to the output cap. stream is "stdout" or "stderr". It is
+	// called from the capture goroutines (one per stream, concurrently)
+	// and must return quickly; it is never called after Wait returned.
+	// For output under the cap, the texts of a stream joined are the
+	// result's text of that stream.
+	OnOutput func(stream, text string)
+}
+
+// Workspace is a session's persistent files (implemented by
+// internal/workspace through cmd/sandcell). sandcell calls Fill when the
+// run is prepared and Save at most once, from Wait, when no process of the
+// run is left; neither is called for a run that failed before its program
+// started, and Save is not called when the program may still be alive (a
+// container that would not die): the workspace then keeps its files.
+type Workspace interface {
+	// Fill copies the workspace into dir, the run's empty /work, owned by
+	// the sandbox user. What it creates should have dir's owner (the
+	// sandbox user's host uid and gid), so that the program can change it.
+	// No program has run in dir yet.
+	Fill(dir string) error
+	// Save takes dir, the run's /work after the program died, as the
+	// workspace's new content. dir is untrusted: the program wrote it and
+	// may have planted symlinks (to host paths), fifos, huge sparse files
+	// or deep trees; read it through an os.Root without following links,
+	// as collect does (CVE-2024-28185: Judge0 followed a symlink its
+	// sandbox planted).
+	Save(dir string) error
 }
 
 // File is a file placed in the run's /work directory.
@@ -84,14 +124,24 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: working directory %q is not absolute", ErrInvalidRequest, r.Cwd)
 	}
 	var size int64
+	seen := make(map[string]bool, len(r.Files))
 	for _, f := range r.Files {
 		if err := checkRelPath(f.Path); err != nil {
 			return err
 		}
+		// A File replaces an entry of /work (see Workspace): twice the
+		// same path would silently keep the last.
+		if seen[f.Path] {
+			return fmt.Errorf("%w: file %q is given twice", ErrInvalidRequest, truncate(f.Path, 80))
+		}
+		seen[f.Path] = true
 		size += int64(len(f.Data))
 	}
-	if r.Limits.TmpfsBytes > 0 && size > r.Limits.TmpfsBytes {
-		return fmt.Errorf("%w: files take %d bytes, more than the %d-byte /work space", ErrInvalidRequest, size, r.Limits.TmpfsBytes)
+	if r.WorkBytes < 0 {
+		return fmt.Errorf("%w: /work size %d is negative", ErrInvalidRequest, r.WorkBytes)
+	}
+	if work := r.workBytes(); work > 0 && size > work {
+		return fmt.Errorf("%w: files take %d bytes, more than the %d-byte /work space", ErrInvalidRequest, size, work)
 	}
 	return r.Limits.Validate()
 }
@@ -112,4 +162,12 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// workBytes is the size of the run's /work tmpfs.
+func (r *Request) workBytes() int64 {
+	if r.WorkBytes > 0 {
+		return r.WorkBytes
+	}
+	return r.Limits.TmpfsBytes
 }

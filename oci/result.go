@@ -1,10 +1,5 @@
 package oci
 
-import (
-	"strings"
-	"unicode/utf8"
-)
-
 // Status is the verdict of one run. Exactly one applies; see Result.
 type Status string
 
@@ -24,6 +19,12 @@ const (
 // interface: the CLI's --json, MCP structuredContent and batch output all
 // use them unchanged.
 type Result struct {
+	// Stdout and Stderr are the program's output, the first OutputBytes
+	// bytes of each stream, cleaned by TextCleaner (no escape sequences, no control
+	// characters but newline and tab, valid UTF-8). A stream cut at the
+	// cap ends in "\n[sandcell: output truncated at N bytes]" and its
+	// *Truncated field is set. The text is still untrusted: callers mark
+	// it as such.
 	Stdout          string `json:"stdout"`
 	Stderr          string `json:"stderr"`
 	ExitCode        int    `json:"exit_code"`
@@ -46,13 +47,4 @@ type Result struct {
 	// Files are the files left in /work, when the request asked to
 	// Collect them. Not part of the JSON result.
 	Files []File `json:"-"`
-}
-
-// cleanText turns program output into valid UTF-8: invalid bytes become
-// U+FFFD. The output is untrusted; callers still mark it as such.
-func cleanText(b []byte) string {
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	return strings.ToValidUTF8(string(b), "\uFFFD")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -20,11 +21,17 @@ import (
 // streams, the reasons to stop it and the verdict. A backend supplies how
 // to start, kill and reap the program.
 type run struct {
-	id      string
-	limits  limits.Set
-	collect bool
-	runDir  string
-	work    string
+	id        string
+	limits    limits.Set
+	collect   bool
+	workspace Workspace // set until Save was called
+	onOutput  func(stream, text string)
+	runDir    string
+	work      string
+	// settle, if set, waits until no process of the run is left (the
+	// backend's; nil when the reaped process was the last one). It runs
+	// before /work is read back.
+	settle func() error
 
 	stdin  []byte
 	stdinR *os.File // the program's end; nil means /dev/null
@@ -47,8 +54,8 @@ type run struct {
 // newRun makes the run's directory, its /work tmpfs with the request's
 // files, and the pipes for its streams.
 func newRun(id, runDir string, req *Request, uid, gid uint32) (_ *run, retErr error) {
-	r := &run{id: id, limits: req.Limits, collect: req.Collect, runDir: runDir, stdin: req.Stdin,
-		stop: make(chan stopReason, 1), exited: make(chan struct{})}
+	r := &run{id: id, limits: req.Limits, collect: req.Collect, workspace: req.Workspace, onOutput: req.OnOutput,
+		runDir: runDir, stdin: req.Stdin, stop: make(chan stopReason, 1), exited: make(chan struct{})}
 	defer func() {
 		if retErr != nil {
 			r.cleanup()
@@ -83,8 +90,14 @@ func (r *run) childStarted() {
 		}
 	}
 	over := func() { r.requestStop(stopOutput) }
-	r.stdout = startCapture(r.outR, r.limits.OutputBytes, over)
-	r.stderr = startCapture(r.errR, r.limits.OutputBytes, over)
+	emit := func(stream string) func(string) {
+		if r.onOutput == nil {
+			return nil
+		}
+		return func(text string) { r.onOutput(stream, text) }
+	}
+	r.stdout = startCapture(r.outR, r.limits.OutputBytes, over, emit("stdout"))
+	r.stderr = startCapture(r.errR, r.limits.OutputBytes, over, emit("stderr"))
 	r.outR, r.errR = nil, nil
 }
 
@@ -153,28 +166,53 @@ func (r *run) await(ctx context.Context, kill func()) (stopReason, error) {
 // finish is a backend's Wait: it waits for the end (see await), reads the
 // usage counters, takes off the CPU time used before the program ran, and
 // decides the verdict.
+//
+// A run whose program may still be alive when finish returns (no Start, or
+// a container that would not die) gets no live output after that and is not
+// saved to its workspace.
 func (r *run) finish(ctx context.Context, kill func(), usage func() limits.Usage, cpuBase time.Duration) Result {
 	if r.started.IsZero() {
+		r.mute()
 		return internalError(errors.New("Wait called before Start"))
 	}
 	stop, err := r.await(ctx, kill)
 	if err != nil {
-		return internalError(err)
+		r.mute()
+		res := internalError(err)
+		if r.workspace != nil {
+			res.Message += "; " + notSaved
+		}
+		return res
 	}
 	u := usage()
 	u.CPUTime = max(u.CPUTime-cpuBase, 0)
 	return r.result(stop, u)
 }
 
-// result waits for the streams to close and decides the verdict.
+// notSaved ends the message of a run whose /work was not saved.
+const notSaved = "(the session keeps its files from before this run)"
+
+// result waits for the streams to close, decides the verdict, and reads
+// /work back: Collect's files, then the workspace's Save. Preconditions: the
+// program's process was reaped.
 func (r *run) result(stop stopReason, usage limits.Usage) Result {
-	out, outTrunc := r.stdout.wait()
-	errb, errTrunc := r.stderr.wait()
+	_, outTrunc := r.stdout.wait()
+	_, errTrunc := r.stderr.wait()
 	// Output past the cap that raced with the exit still counts.
 	if stop == stopNone && (outTrunc || errTrunc) {
 		stop = stopOutput
 	}
 	status, msg := verdict(r.exit, stop, usage, r.limits)
+	// /work is read only when nothing of the run can change it any more.
+	var settleErr error
+	if (r.collect || r.workspace != nil) && r.settle != nil {
+		if settleErr = r.settle(); settleErr != nil {
+			status, msg = StatusInternalError, "processes of the run outlived it: "+settleErr.Error()
+			if r.workspace != nil {
+				msg += "; /work was not saved " + notSaved
+			}
+		}
+	}
 	var files []File
 	if r.collect && status == StatusOK {
 		var err error
@@ -182,10 +220,16 @@ func (r *run) result(stop stopReason, usage limits.Usage) Result {
 			status, msg = StatusError, "collecting the compiled files from /work: "+err.Error()
 		}
 	}
+	if ws := r.workspace; ws != nil && settleErr == nil {
+		r.workspace = nil // Save is called once, even if Wait is not
+		if err := ws.Save(r.work); err != nil {
+			status, msg = StatusInternalError, fmt.Sprintf("saving /work to the session failed: %v %s", err, notSaved)
+		}
+	}
 	return Result{
 		Files:           files,
-		Stdout:          cleanText(out),
-		Stderr:          cleanText(errb),
+		Stdout:          r.stdout.text(),
+		Stderr:          r.stderr.text(),
 		ExitCode:        r.exit.code,
 		Signal:          signalName(r.exit.signal),
 		Status:          status,
@@ -195,6 +239,14 @@ func (r *run) result(stop stopReason, usage limits.Usage) Result {
 		StdoutTruncated: outTrunc,
 		StderrTruncated: errTrunc,
 		Message:         msg,
+	}
+}
+
+// mute ends the live output (see capture.mute).
+func (r *run) mute() {
+	if r.stdout != nil {
+		r.stdout.mute()
+		r.stderr.mute()
 	}
 }
 
@@ -230,9 +282,10 @@ func (r *run) cleanup() error {
 	return errors.Join(errs...)
 }
 
-// makeWork mounts a fresh size-capped tmpfs for the run's /work on the host
-// and writes the request's files into it. The tmpfs is owned by the
-// sandbox's host uid so the program can write there.
+// makeWork mounts a fresh size-capped tmpfs for the run's /work on the host,
+// fills it from the request's workspace and writes the request's files into
+// it. The tmpfs is owned by the sandbox's host uid so the program can write
+// there.
 func makeWork(runDir string, req *Request, uid, gid uint32) (string, error) {
 	if err := os.Mkdir(runDir, 0o711); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrRuntime, err)
@@ -241,15 +294,21 @@ func makeWork(runDir string, req *Request, uid, gid uint32) (string, error) {
 	if err := os.Mkdir(work, 0o700); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrRuntime, err)
 	}
-	opts := fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", req.Limits.TmpfsBytes, uid, gid)
+	opts := fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", req.workBytes(), uid, gid)
 	if err := unix.Mount("tmpfs", work, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return "", fmt.Errorf("%w: mount /work tmpfs: %w", ErrRuntime, err)
+	}
+	if req.Workspace != nil {
+		if err := req.Workspace.Fill(work); err != nil {
+			return work, fmt.Errorf("%w: filling /work from the session: %w", ErrRuntime, err)
+		}
 	}
 	if len(req.Files) == 0 {
 		return work, nil
 	}
 	// os.Root refuses paths that leave the directory, symlinks included;
-	// nothing else can write here yet (the program has not started).
+	// nothing else can write here now (no program of this run has started;
+	// what an earlier run of the session left is filled in, inert).
 	root, err := os.OpenRoot(work)
 	if err != nil {
 		return work, fmt.Errorf("%w: %w", ErrRuntime, err)
@@ -274,6 +333,18 @@ func writeFile(root *os.Root, f File, uid, gid int) error {
 				return fmt.Errorf("%w: %w", ErrRuntime, err)
 			}
 		}
+	}
+	// A File replaces what a workspace filled in at its path. The entry
+	// is removed, never opened: an earlier run of the session may have
+	// planted a symlink there, and a write through it would land wherever
+	// it points (CVE-2024-28185: Judge0 followed a symlink its sandbox
+	// planted). os.Root's Remove does not follow a final symlink, and
+	// O_EXCL creates a new file or fails, never opening a link.
+	if err := root.Remove(f.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("%w: file %q: /work has a non-empty directory there", ErrInvalidRequest, f.Path)
+		}
+		return fmt.Errorf("%w: replace %q: %w", ErrRuntime, f.Path, err)
 	}
 	mode := f.Mode.Perm()
 	if mode == 0 {

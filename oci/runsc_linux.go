@@ -1,15 +1,18 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -199,6 +202,7 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 		return nil, err
 	}
 	c := &gvContainer{run: run, g: g}
+	run.settle = c.settle
 	r.register(id, c)
 	defer func() {
 		if retErr != nil {
@@ -370,6 +374,81 @@ func (c *gvContainer) usage() limits.Usage {
 	return u
 }
 
+// settle waits until nothing of the sandbox is left, before /work is read
+// back: the reaped process is runsc run, which may exit before the sandbox
+// and the gofer have (after a kill it always does), and the gofer serves
+// the sentry's writes to /work on the host. With a cgroup, the sandbox is
+// gone when the cgroup is empty: first a grace period for runsc's own
+// teardown, then kills, then runsc delete --force, as in destroy. Without
+// one, runsc delete --force kills the sandbox and gofer and waits for them
+// (it fails when runsc run already deleted the container, after waiting
+// for it).
+func (c *gvContainer) settle() error {
+	if c.cg == nil {
+		c.g.deleteForce(c.runDir, c.id)
+		return nil
+	}
+	if c.waitEmpty(time.Second, func() {}) == nil {
+		return nil
+	}
+	if c.waitEmpty(2*time.Second, c.kill) == nil {
+		return nil
+	}
+	c.g.deleteForce(c.runDir, c.id)
+	return c.waitEmpty(3*time.Second, c.kill)
+}
+
+// processes lists the live processes in the run's cgroup. The manager's
+// GetAllPids reads the devices hierarchy on cgroup v1, where a gVisor run
+// has no cgroup (its device rules are skipped): it would fail every time,
+// and an error must not pass for "no process left". Processes that exited
+// are left out: a cgroup v1 hierarchy lists a zombie until it is reaped,
+// which for runsc's orphans is the host init's business (and some inits are
+// slow); a zombie has closed its files and holds nothing but its pid.
+func (c *gvContainer) processes() ([]int, error) {
+	paths := c.cg.GetPaths()
+	path, ok := paths[""] // cgroup v2, or the unified hierarchy of a hybrid host
+	for _, sub := range []string{"pids", "memory", "cpu", "freezer"} {
+		if !ok {
+			path, ok = paths[sub]
+		}
+	}
+	var pids []int
+	var err error
+	if ok {
+		pids, err = cgroups.GetAllPids(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil // no cgroup, no process in it
+		}
+	} else {
+		pids, err = c.cg.GetAllPids()
+	}
+	return slices.DeleteFunc(pids, exited), err
+}
+
+// exited reports whether every thread of process pid has exited (a zombie,
+// or gone). A zombie thread-group leader whose other threads still run is
+// alive: each thread is looked at.
+func exited(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	for _, t := range tasks {
+		stat, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			continue // the thread is gone
+		}
+		// The state follows the command name's closing parenthesis.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'Z' && stat[i+2] != 'X') {
+			return false
+		}
+	}
+	return true
+}
+
 // kill ends the sandbox: SIGKILL to runsc's process group, and to every
 // process left in the run's cgroup (the sandbox and gofer start their own
 // sessions, outside runsc's group).
@@ -378,7 +457,7 @@ func (c *gvContainer) kill() {
 		_ = unix.Kill(-c.cmd.Process.Pid, unix.SIGKILL)
 	}
 	if c.cg != nil {
-		if pids, err := c.cg.GetAllPids(); err == nil {
+		if pids, err := c.processes(); err == nil {
 			for _, pid := range pids {
 				_ = unix.Kill(pid, unix.SIGKILL)
 			}
@@ -406,10 +485,10 @@ func (c *gvContainer) destroy() error {
 		}
 	}
 	if c.cg != nil {
-		if err := waitEmpty(c.cg, 2*time.Second, c.kill); err != nil {
+		if err := c.waitEmpty(2*time.Second, c.kill); err != nil {
 			// The safety net: ask runsc to tear down what it knows of.
 			c.g.deleteForce(c.runDir, c.id)
-			if err := waitEmpty(c.cg, 3*time.Second, c.kill); err != nil {
+			if err := c.waitEmpty(3*time.Second, c.kill); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -432,15 +511,18 @@ func (c *gvContainer) destroy() error {
 	return err
 }
 
-// waitEmpty kills and waits until no process is left in the cgroup.
-func waitEmpty(m cgroups.Manager, d time.Duration, kill func()) error {
+// waitEmpty kills and waits until no process is left in the run's cgroup.
+func (c *gvContainer) waitEmpty(d time.Duration, kill func()) error {
 	deadline := time.Now().Add(d)
 	for {
-		pids, err := m.GetAllPids()
-		if err != nil || len(pids) == 0 {
+		pids, err := c.processes()
+		if err == nil && len(pids) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("%w: list the processes of the cgroup: %w", ErrRuntime, err)
+			}
 			return fmt.Errorf("%w: %d processes left in the cgroup", ErrRuntime, len(pids))
 		}
 		kill()

@@ -249,15 +249,6 @@ func TestSignalVerdict(t *testing.T) {
 	})
 }
 
-func TestInvalidUTF8Output(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, e *testEnv) {
-		res := e.run(t, "sh", "printf 'a\\377b'\n", limits.Set{})
-		if res.Stdout != "a\uFFFDb" {
-			t.Errorf("stdout %q, want invalid byte replaced", res.Stdout)
-		}
-	})
-}
-
 func TestCancel(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *testEnv) {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -88,7 +88,10 @@ func cgroupDirs(parent string) []string {
 	return dirs
 }
 
-// sandboxProcesses lists host processes whose uid lies in the sandbox range.
+// sandboxProcesses lists live host processes whose uid lies in the sandbox
+// range. Zombies are left out, as in hostTasks: gVisor's processes that
+// outlive their parent are reaped by the host's init in its own time (a
+// lazy one on some hosts), and a zombie holds nothing but its pid.
 func sandboxProcesses(t testing.TB) []int {
 	t.Helper()
 	ents, _ := os.ReadDir("/proc")
@@ -102,9 +105,14 @@ func sandboxProcesses(t testing.TB) []int {
 		if syscall.Stat("/proc/"+ent.Name(), &st) != nil {
 			continue
 		}
-		if st.Uid >= 100000 && st.Uid < 100000+65536 {
-			pids = append(pids, pid)
+		if st.Uid < 100000 || st.Uid >= 100000+65536 {
+			continue
 		}
+		stat, err := os.ReadFile("/proc/" + ent.Name() + "/stat")
+		if i := strings.LastIndexByte(string(stat), ')'); err == nil && i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			continue
+		}
+		pids = append(pids, pid)
 	}
 	return pids
 }

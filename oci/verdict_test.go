@@ -48,7 +48,7 @@ func TestCaptureCapsAndSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	overs := 0
-	c := startCapture(r, 10, func() { overs++ })
+	c := startCapture(r, 10, func() { overs++ }, nil)
 	w.Write([]byte("0123456789")) // exactly the cap: not over
 	w.Write([]byte("abc"))
 	w.Write([]byte("def"))
@@ -59,18 +59,10 @@ func TestCaptureCapsAndSignals(t *testing.T) {
 	}
 
 	r, w, _ = os.Pipe()
-	c = startCapture(r, 10, func() { t.Error("over called for output within the cap") })
+	c = startCapture(r, 10, func() { t.Error("over called for output within the cap") }, nil)
 	w.Write([]byte("0123456789"))
 	w.Close()
 	if b, trunc := c.wait(); string(b) != "0123456789" || trunc {
 		t.Errorf("got %q truncated=%v at exactly the cap", b, trunc)
-	}
-}
-
-func TestCleanText(t *testing.T) {
-	for in, want := range map[string]string{"ok": "ok", "a\xffb": "a\uFFFDb", "": "", "\xc3": "\uFFFD"} {
-		if got := cleanText([]byte(in)); got != want {
-			t.Errorf("cleanText(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
