@@ -224,6 +224,7 @@ type progressParams struct {
 	Progress      float64         `json:"progress"`
 	Total         *float64        `json:"total,omitempty"`
 	Message       string          `json:"message,omitempty"`
+	Meta          map[string]any  `json:"_meta,omitempty"`
 }
 
 type cancelledParams struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -76,6 +77,17 @@ func (s *Server) AddResource(r Resource, h ResourceHandler) {
 	s.broadcastLocked("notifications/resources/list_changed")
 }
 
+// ResourceLister lists resources that change at run time (a session's
+// files) for one protocol session; its entries follow the fixed resources
+// in resources/list.
+type ResourceLister func(ctx context.Context, ss *Session) ([]Resource, error)
+
+func (s *Server) addResourceLister(l ResourceLister) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listers = append(s.listers, l)
+}
+
 // AddResourceTemplate registers a template. Supported expressions are
 // {var} (no "/") and {+var} (any characters, "/" included). It panics on a
 // malformed template.
@@ -116,7 +128,7 @@ func compileTemplate(t string) (*regexp.Regexp, []string, error) {
 	return re, vars, err
 }
 
-func handleListResources(_ context.Context, ex *exchange, params json.RawMessage) (any, error) {
+func handleListResources(ctx context.Context, ex *exchange, params json.RawMessage) (any, error) {
 	var p listParams
 	if err := decodeParams(params, &p); err != nil {
 		return nil, err
@@ -127,7 +139,15 @@ func handleListResources(_ context.Context, ex *exchange, params json.RawMessage
 	for i, r := range s.resources {
 		list[i] = r.res
 	}
+	listers := slices.Clone(s.listers)
 	s.mu.Unlock()
+	for _, l := range listers {
+		more, err := l(ctx, ex.ss)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, more...)
+	}
 	page, next, err := paginate(list, p.Cursor, s.opts.PageSize)
 	if err != nil {
 		return nil, err

@@ -42,11 +42,15 @@ type Server struct {
 	prompts   []*registeredPrompt
 	completer CompletionHandler
 	sessions  map[*Session]bool
+	listers   []ResourceLister
+
+	sandboxes sandboxIndex // the sandbox sessions each protocol session used
+	confirms  *confirmer   // destructive tools' confirmation tokens
 }
 
 // NewServer makes a server. opts may be nil.
 func NewServer(opts *Options) *Server {
-	s := &Server{sessions: map[*Session]bool{}}
+	s := &Server{sessions: map[*Session]bool{}, confirms: newConfirmer()}
 	if opts != nil {
 		s.opts = *opts
 	}
@@ -103,6 +107,7 @@ func (s *Server) removeSession(ss *Session) {
 	s.mu.Lock()
 	delete(s.sessions, ss)
 	s.mu.Unlock()
+	s.sandboxes.drop(ss)
 }
 
 // broadcast sends a notification to every initialized handshake-era

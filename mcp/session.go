@@ -233,13 +233,13 @@ func (ex *exchange) finish(result any, err error) {
 // progress sends notifications/progress if the request asked for it (a
 // progressToken). Progress must increase strictly; other values are dropped,
 // and nothing is sent once the response is.
-func (ex *exchange) progress(progress float64, total *float64, message string) {
+func (ex *exchange) progress(progress float64, total *float64, message string, meta map[string]any) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	if ex.done || len(ex.token) == 0 || (ex.sentProgress && progress <= ex.lastProgress) {
 		return
 	}
-	b, err := encodeNotification("notifications/progress", progressParams{ProgressToken: ex.token, Progress: progress, Total: total, Message: message})
+	b, err := encodeNotification("notifications/progress", progressParams{ProgressToken: ex.token, Progress: progress, Total: total, Message: message, Meta: meta})
 	if err != nil {
 		return
 	}

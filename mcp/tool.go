@@ -39,7 +39,7 @@ func (r *CallToolRequest) Progress(progress, total float64, message string) {
 	if total > 0 {
 		t = &total
 	}
-	r.ex.progress(progress, t, message)
+	r.ex.progress(progress, t, message, nil)
 }
 
 // Log sends notifications/message to the client at or above its level.
@@ -345,4 +345,13 @@ func handleLegacyCall(ctx context.Context, ex *exchange, params json.RawMessage)
 		return nil, errorf(CodeInvalidParams, "%s", strings.Join(text, "\n"))
 	}
 	return res, nil
+}
+
+// session is the call's protocol session, or nil in the stateless era
+// (each request is its own session there, and nothing is remembered).
+func (r *CallToolRequest) session() *Session {
+	if r.ex == nil || r.ex.stateless {
+		return nil
+	}
+	return r.ex.ss
 }
