@@ -88,8 +88,26 @@ func layerDir() string {
 }
 
 // sandcellCommand is `sandcell <global flags> serve ARGS...` with a
-// private state dir and cgroup parent, removed after the test.
+// private state dir, sessions dir and cgroup parent, removed after the
+// test.
 func sandcellCommand(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	return sandcellCommandWith(t, []string{"--sessions-dir", sessionsDir(t)}, args...)
+}
+
+// sessionsDir is a private sessions directory, removed after the test.
+func sessionsDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "sandcell-conf-sessions-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// sandcellCommandWith is sandcellCommand with more global flags.
+func sandcellCommandWith(t *testing.T, extra []string, args ...string) *exec.Cmd {
 	t.Helper()
 	requireRoot(t)
 	bin := build(t, "sandcell")
@@ -105,7 +123,7 @@ func sandcellCommand(t *testing.T, args ...string) *exec.Cmd {
 			os.Remove(d)
 		}
 	})
-	global := []string{"--state-dir", state, "--layer-dir", layerDir(), "--cgroup-parent", "/" + filepath.Base(state), "--log-level", "info"}
+	global := append([]string{"--state-dir", state, "--layer-dir", layerDir(), "--cgroup-parent", "/" + filepath.Base(state), "--log-level", "info"}, extra...)
 	cmd := exec.Command(bin, append(append(global, "serve"), args...)...)
 	cmd.Stderr = &testLogWriter{t: t, prefix: "sandcell: "}
 	return cmd

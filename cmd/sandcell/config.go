@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -55,6 +57,18 @@ type Config struct {
 	// Ceilings bound what a run may ask for.
 	Defaults limits.Set
 	Ceilings limits.Set
+	// SessionsDir holds the sessions' persistent workspaces (default
+	// LayerDir/sessions: on disk, so that they survive restarts).
+	SessionsDir string
+	// SessionTTL is how long an idle session lives (default 24h);
+	// SessionQuota the most its /work may hold (default 256 MiB).
+	SessionTTL   time.Duration
+	SessionQuota int64
+	// MaxRuns is the number of runs at once of a server (default: the
+	// number of CPUs); MaxQueue how many more may wait for a slot (default
+	// 4 x MaxRuns). Past both, a call is refused as busy at once.
+	MaxRuns  int
+	MaxQueue int
 }
 
 // DefaultConfig is the configuration of a root server.
@@ -69,6 +83,10 @@ func DefaultConfig() Config {
 		Isolation:    "runc",
 		Defaults:     limits.Defaults(),
 		Ceilings:     limits.Ceilings(),
+		SessionTTL:   24 * time.Hour,
+		SessionQuota: 256 << 20,
+		MaxRuns:      runtime.NumCPU(),
+		MaxQueue:     4 * runtime.NumCPU(),
 	}
 }
 
@@ -92,6 +110,23 @@ func (c *Config) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Runsc, "runsc", c.Runsc, "runsc binary for --isolation gvisor (default: from PATH)")
 	fs.StringVar(&c.RunscPlatform, "runsc-platform", c.RunscPlatform, "gVisor platform (default: systrap if offered, else ptrace)")
 	fs.BoolVar(&c.RunscAllowKVM, "runsc-allow-kvm", c.RunscAllowKVM, "allow --runsc-platform kvm (it hangs on hosts that cannot run it)")
+	fs.StringVar(&c.SessionsDir, "sessions-dir", c.SessionsDir, "sessions' persistent workspaces (default <home>/sessions)")
+	fs.DurationVar(&c.SessionTTL, "session-ttl", c.SessionTTL, "idle time after which a session and its files are removed")
+	fs.Func("session-quota", "the most a session's /work may hold (e.g. 256MiB)", func(v string) error {
+		n, err := limits.ParseSize(v)
+		c.SessionQuota = n
+		return err
+	})
+	fs.IntVar(&c.MaxRuns, "max-runs", c.MaxRuns, "runs at once (default: the number of CPUs)")
+	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "runs waiting for a slot before calls are refused as busy (default 4 x the number of CPUs)")
+}
+
+// sessionsDir is where the sessions live.
+func (c *Config) sessionsDir() string {
+	if c.SessionsDir != "" {
+		return c.SessionsDir
+	}
+	return filepath.Join(c.LayerDir, "sessions")
 }
 
 // Validate checks the configuration.
@@ -101,6 +136,15 @@ func (c *Config) Validate() error {
 	}
 	if c.UIDBase == 0 || c.UIDBase > 1<<32-1-65536 {
 		return fmt.Errorf("--uid-base %d: must be between 1 and %d", c.UIDBase, uint64(1<<32-1-65536))
+	}
+	if c.SessionsDir != "" && !filepath.IsAbs(c.SessionsDir) {
+		return errors.New("--sessions-dir must be an absolute path")
+	}
+	if c.SessionTTL <= 0 || c.SessionQuota <= 0 {
+		return errors.New("--session-ttl and --session-quota must be positive")
+	}
+	if c.MaxRuns < 1 || c.MaxQueue < 0 {
+		return fmt.Errorf("--max-runs %d must be at least 1 and --max-queue %d not negative", c.MaxRuns, c.MaxQueue)
 	}
 	if !slices.Contains(isolations, c.Isolation) {
 		return fmt.Errorf("--isolation %q: must be one of %s", c.Isolation, strings.Join(isolations, ", "))

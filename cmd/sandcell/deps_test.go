@@ -13,7 +13,7 @@ const module = "github.com/sandcell/sandcell/"
 // of our packages each package may import. A package missing here may
 // import none of ours.
 var allowedImports = map[string][]string{
-	"cmd/sandcell": {"mcp", "oci", "limits", "rootfs", "seccomp"},
+	"cmd/sandcell": {"mcp", "oci", "limits", "rootfs", "seccomp", "internal/workspace"},
 	"oci":          {"limits", "rootfs", "seccomp"},
 	"mcp":          {"limits"},
 }
@@ -25,7 +25,11 @@ func TestImportArrows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs = append(dirs, ".")
+	internal, err := filepath.Glob("../../internal/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs = append(append(dirs, internal...), ".")
 	checked := 0
 	for _, dir := range dirs {
 		pkg, err := build.ImportDir(dir, 0)
@@ -33,9 +37,12 @@ func TestImportArrows(t *testing.T) {
 			continue // not a Go package (docs, testdata)
 		}
 		name := strings.TrimPrefix(pkg.ImportPath, module)
-		if dir == "." {
+		switch {
+		case dir == ".":
 			name = "cmd/sandcell"
-		} else {
+		case filepath.Base(filepath.Dir(dir)) == "internal":
+			name = "internal/" + filepath.Base(dir)
+		default:
 			name = filepath.Base(dir)
 		}
 		checked++
