@@ -48,7 +48,7 @@ test: deps build layers conformance-deps ## every test; root tests run when root
 	# (processes in the sandbox uid range, cgroups, mounts), so another
 	# package's sandboxes running at the same time would look like leftovers.
 	SANDCELL_LAYER_DIR=$(LAYER_DIR) SANDCELL_TEST_STORE=$(LAYER_DIR) $(GO) test -p 1 -tags '$(TAGS)' -count=1 -timeout 60m ./...
-	$(MCP_FUZZ)
+	$(FUZZ)
 	$(CONFORMANCE)
 
 unit: ## fast tests only (-short: no layer builds, no containers)
@@ -78,14 +78,21 @@ test-cgroupv2: deps build layers ## cgroup v2 lane: the cgroup tests in a qemu V
 conformance-deps: ## install the real MCP clients and Node 22 in conformance/ (versions in package-lock.json)
 	cd conformance && npm install --no-audit --no-fund
 
-# The MCP layer's short fuzz run and the real clients (Go and TypeScript
-# SDKs, Inspector, conformance suite) in the nested module; part of `test`.
-MCP_FUZZ    = $(GO) test -run '^$$' -fuzz '^FuzzDispatch$$' -fuzztime 20s ./mcp
+# A short run of each fuzz target (package:Target; go test -fuzz takes one
+# target at a time; the seed corpora in testdata/fuzz also run in every
+# `go test`), and the real clients (Go and TypeScript SDKs, Inspector,
+# conformance suite) in the nested module; both part of `test`.
+FUZZ_MCP     := ./mcp:FuzzDispatch ./mcp:FuzzDecode ./mcp:FuzzToolArguments
+FUZZ_TARGETS  = $(FUZZ_MCP) ./internal/workspace:FuzzResolve ./oci:FuzzTextCleaner
+FUZZ_TIME    ?= 15s
+FUZZ = for t in $(FUZZ_TARGETS); do set -- $$(echo $$t | tr : ' '); \
+	$(GO) test -tags '$(TAGS)' -run '^$$' -fuzz "^$$2\$$" -fuzztime $(FUZZ_TIME) $$1 || exit 1; done
 CONFORMANCE = cd conformance && SANDCELL_LAYER_DIR=$(LAYER_DIR) $(GO) test -count=1 -timeout 20m ./...
 
+test-mcp: FUZZ_TARGETS = $(FUZZ_MCP)
 test-mcp: deps build layers conformance-deps ## only the MCP layer: protocol tests, fuzz, real clients
 	$(GO) test -count=1 ./mcp
-	$(MCP_FUZZ)
+	$(FUZZ)
 	$(CONFORMANCE)
 
 # A current gVisor runsc (systrap platform), built from the Go module proxy.
