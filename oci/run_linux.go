@@ -43,6 +43,8 @@ type run struct {
 	stdout *capture
 	stderr *capture
 
+	enforced map[string]string // the result's limits_enforced
+
 	stop    chan stopReason // the first reason to stop wins
 	started time.Time
 
@@ -239,6 +241,7 @@ func (r *run) result(stop stopReason, usage limits.Usage) Result {
 		StdoutTruncated: outTrunc,
 		StderrTruncated: errTrunc,
 		Message:         msg,
+		LimitsEnforced:  r.enforced,
 	}
 }
 
