@@ -78,17 +78,18 @@ type ExecuteResult struct {
 
 // PhaseResult is one sandboxed run: the fixed fields of sandcell's result.
 type PhaseResult struct {
-	Stdout          string `json:"stdout" jsonschema:"the program's standard output (UTF-8, control characters and escape sequences removed, capped)"`
-	Stderr          string `json:"stderr" jsonschema:"the program's standard error (UTF-8, control characters and escape sequences removed, capped)"`
-	ExitCode        int    `json:"exit_code" jsonschema:"exit status; 128+N when signal N killed the program"`
-	Signal          string `json:"signal" jsonschema:"the signal that killed the program (SIGKILL), or empty"`
-	Status          string `json:"status" jsonschema:"ok, error, timeout, memory_limit, output_limit, cancelled or internal_error"`
-	ExecutionTimeMS int64  `json:"execution_time_ms" jsonschema:"wall-clock time of the program in milliseconds"`
-	CPUTimeMS       int64  `json:"cpu_time_ms" jsonschema:"CPU time used in milliseconds"`
-	MemoryPeakBytes int64  `json:"memory_peak_bytes" jsonschema:"peak memory use in bytes"`
-	StdoutTruncated bool   `json:"stdout_truncated" jsonschema:"stdout passed its cap (the run was killed then)"`
-	StderrTruncated bool   `json:"stderr_truncated" jsonschema:"stderr passed its cap (the run was killed then)"`
-	Message         string `json:"message,omitempty" jsonschema:"for statuses other than ok and error: which limit, or what failed"`
+	Stdout          string            `json:"stdout" jsonschema:"the program's standard output (UTF-8, control characters and escape sequences removed, capped)"`
+	Stderr          string            `json:"stderr" jsonschema:"the program's standard error (UTF-8, control characters and escape sequences removed, capped)"`
+	ExitCode        int               `json:"exit_code" jsonschema:"exit status; 128+N when signal N killed the program"`
+	Signal          string            `json:"signal" jsonschema:"the signal that killed the program (SIGKILL), or empty"`
+	Status          string            `json:"status" jsonschema:"ok, error, timeout, memory_limit, output_limit, cancelled or internal_error"`
+	ExecutionTimeMS int64             `json:"execution_time_ms" jsonschema:"wall-clock time of the program in milliseconds"`
+	CPUTimeMS       int64             `json:"cpu_time_ms" jsonschema:"CPU time used in milliseconds"`
+	MemoryPeakBytes int64             `json:"memory_peak_bytes" jsonschema:"peak memory use in bytes"`
+	StdoutTruncated bool              `json:"stdout_truncated" jsonschema:"stdout passed its cap (the run was killed then)"`
+	StderrTruncated bool              `json:"stderr_truncated" jsonschema:"stderr passed its cap (the run was killed then)"`
+	Message         string            `json:"message,omitempty" jsonschema:"for statuses other than ok and error: which limit, or what failed"`
+	LimitsEnforced  map[string]string `json:"limits_enforced,omitempty" jsonschema:"each limit that held for this run and how (cgroup, or the rlimit standing in for it on a rootless host); a limit not named was not enforced"`
 }
 
 // FileChange is a file of a session's /work that a run changed.
