@@ -14,7 +14,7 @@ SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help deps build layers run test root-test unit bench lint golden clean
+.PHONY: help deps build layers run test root-test unit bench lint golden clean rootless-user
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z0-9-]+:.*## /{printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -41,7 +41,13 @@ run: deps build layers ## set up everything, then run a demo program in a sandbo
 	$(SUDO) ./$(BIN) --home $(LAYER_DIR) run --lang python --json \
 		--code 'import os, platform; print("hello from", platform.python_version(), "as uid", os.getuid())'
 
-test: deps build layers conformance-deps ## every test; root tests run when root (CI is root)
+# The rootless suite (conformance/rootless_test.go) runs sandcell as this
+# unprivileged user.
+ROOTLESS_USER ?= sandcell-rootless
+rootless-user: ## create the unprivileged user the rootless tests run sandcell as
+	@id $(ROOTLESS_USER) >/dev/null 2>&1 || $(SUDO) useradd --system --create-home --shell /usr/sbin/nologin $(ROOTLESS_USER)
+
+test: deps build layers conformance-deps rootless-user ## every test; root tests run when root (CI is root)
 	$(GO) vet -tags '$(TAGS)' ./...
 	cd conformance && $(GO) vet ./...
 	# -p 1: packages one at a time; the teardown checks look host-wide

@@ -4,7 +4,9 @@
 // Invariant: a Set returned by Resolve never exceeds the administrator's ceilings and passes
 // Validate, so a request can tighten its limits or ask for more up to a ceiling, never beyond it.
 // The cgroup side writes into, kills processes of, and removes only cgroups beneath the parent
-// named in ParentConfig; it never touches a cgroup outside that subtree.
+// named in ParentConfig (or found by OpenDelegated); it never touches a cgroup outside that
+// subtree. Delegate writes only the cgroup named in DelegateConfig and creates the one below it
+// that the user owns.
 //
 // The package has two halves:
 //
@@ -15,6 +17,11 @@
 //     Parent.RemoveStale, Parent.RemoveChild and ReadUsage. Libcontainer creates one child cgroup
 //     per run at Parent.ChildPath(id); this package only manages the parent and cleans up what
 //     libcontainer leaves behind, so no cgroup ever has two managers.
+//   - Delegation for rootless servers (Linux only, tier 2): Delegate and Undelegate, run by root
+//     (`sandcell setup --user NAME`), give a user a cgroup subtree under ceilings it cannot
+//     change; OpenDelegated, run by that user's server, returns a Parent inside it, and
+//     DetectDelegation tells `sandcell doctor` which tier the server would get. A delegated
+//     Parent never writes the limits of the cgroup it was given, only of the runs below it.
 //
 // Typical use by the executor:
 //

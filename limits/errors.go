@@ -12,7 +12,8 @@ var (
 	// not mounted, or a run's cgroup is already gone (read usage before destroying a container).
 	ErrNoCgroup = errors.New("cgroup support missing")
 	// ErrNotDelegated: the cgroup filesystem exists but this process may not create the parent
-	// or enable the controllers it needs (rootless without a delegated subtree).
+	// or enable the controllers it needs (rootless without a delegated subtree). From
+	// OpenDelegated, the message names the one command that would fix it.
 	ErrNotDelegated = errors.New("cgroup not delegated")
 	// ErrBusy: a cgroup still holds processes after they were killed, so it cannot be removed.
 	ErrBusy = errors.New("cgroup busy")

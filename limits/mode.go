@@ -64,3 +64,7 @@ type Usage struct {
 	// are 0 and mean "unknown", not "none".
 	Missing []string
 }
+
+// V1 reports whether the mode uses cgroup v1 hierarchies for the
+// controllers (Legacy or Hybrid).
+func (m Mode) V1() bool { return m.v1() }

@@ -56,6 +56,9 @@ type Parent struct {
 	mode Mode
 	log  *slog.Logger
 	ops  fsOps
+	// delegated: a rootless server's parent from OpenDelegated, below a cgroup whose ceilings
+	// root set.
+	delegated bool
 }
 
 // controllers a parent needs; children get them too.
@@ -221,6 +224,14 @@ func (p *Parent) Path() string { return p.path }
 // Mode returns the cgroup layout the parent lives in.
 func (p *Parent) Mode() Mode { return p.mode }
 
+// Delegated reports whether the parent is a rootless server's, from OpenDelegated. On cgroup v1
+// such a parent exists, and is writable, only in the memory, pids, cpu and cpuacct hierarchies:
+// libcontainer must then be told to skip the hierarchies it cannot write (Cgroup.Rootless with
+// Parent and Name rather than Path, which is what makes it ignore EACCES there), or it fails
+// creating the run's cgroup in devices, freezer, cpuset, blkio, name=systemd and the hybrid
+// unified hierarchy. Libcontainer's cgroup v2 manager needs nothing special.
+func (p *Parent) Delegated() bool { return p.delegated }
+
 // ChildPath returns the cgroup path of the run with container id, "<parent>/<id>": the value the
 // caller puts in spec.Linux.CgroupsPath.
 //
@@ -317,7 +328,14 @@ func (p *Parent) removeChild(id string, kill bool) error {
 // Remove removes the parent cgroup itself from every hierarchy (rmdir only), for uninstalling and
 // for tests. It fails while children exist: call RemoveStale first. Ancestors of a nested Path
 // are left in place.
+//
+// A parent from OpenDelegated is removed only if the server made it: on cgroup v2 Remove removes
+// runs and leaves the delegated cgroup and the server's leaf in it; on cgroup v1 the parent is
+// the delegated cgroup itself, which only Undelegate removes, and Remove does nothing.
 func (p *Parent) Remove() error {
+	if p.delegated && p.mode.v1() {
+		return nil
+	}
 	dirs, err := p.dirs("")
 	if err != nil {
 		return err

@@ -10,4 +10,8 @@ var (
 	ErrRuntime = errors.New("container runtime failed")
 	// ErrDestroyed: the container was used after Destroy.
 	ErrDestroyed = errors.New("container already destroyed")
+	// ErrWorkRefused, wrapped by a Workspace's Save, says the program left
+	// in /work what the session may not keep (over its quota, a path too
+	// deep): the run's status is then error, not internal_error.
+	ErrWorkRefused = errors.New("the session refused this /work")
 )

@@ -44,6 +44,9 @@ type LibcontainerConfig struct {
 	Cgroups *limits.Parent
 	// CgroupMode is the host's cgroup mode, for reading usage counters.
 	CgroupMode limits.Mode
+	// SingleID: this process runs as root of a user namespace that maps
+	// only its user's uid (a rootless server); UIDBase is then 0.
+	SingleID bool
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -77,7 +80,7 @@ func NewLibcontainer(cfg LibcontainerConfig) (*Libcontainer, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = defaultStateDir
 	}
-	if cfg.UIDBase == 0 {
+	if cfg.UIDBase == 0 && !cfg.SingleID {
 		cfg.UIDBase = defaultUIDBase
 	}
 	if cfg.Seccomp == nil {
@@ -110,6 +113,25 @@ func NewLibcontainer(cfg LibcontainerConfig) (*Libcontainer, error) {
 	}
 	r.lock = lock
 	return r, nil
+}
+
+// rootlessCgroups says that libcontainer may find cgroup hierarchies it
+// cannot write: none given (tier 3), or a subtree delegated to a rootless
+// server only in the hierarchies it needs (memory, pids, cpu): the others
+// (devices, freezer...) are skipped instead of failing the run. The limits
+// that the result claims are checked by the rootless tests.
+func (r *Libcontainer) rootlessCgroups() bool {
+	return r.cfg.Cgroups == nil || r.cfg.Cgroups.Delegated()
+}
+
+// SandboxIDs are the uid and gid that a program's files have on the host
+// (in this process's user namespace): UIDBase+1000, or the one id of a
+// rootless server's namespace.
+func (r *Libcontainer) SandboxIDs() (uid, gid uint32) {
+	if r.cfg.SingleID {
+		return r.cfg.UIDBase, r.cfg.UIDBase
+	}
+	return r.cfg.UIDBase + SandboxUID, r.cfg.UIDBase + SandboxGID
 }
 
 // Instance is this runtime's instance name, the prefix of its container ids.
@@ -150,10 +172,12 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 		return nil, err
 	}
 	id := r.newID()
-	run, err := newRun(id, filepath.Join(r.dir, "runs", id), req, r.cfg.UIDBase+SandboxUID, r.cfg.UIDBase+SandboxGID)
+	uid, gid := r.SandboxIDs()
+	run, err := newRun(id, filepath.Join(r.dir, "runs", id), req, uid, gid)
 	if err != nil {
 		return nil, err
 	}
+	run.enforced = Enforced(r.cfg.Cgroups != nil)
 	// run.settle stays nil: the program is init of its pid namespace,
 	// and the kernel reports init's death only after every other process
 	// of the namespace is gone (zap_pid_ns_processes). Once init is
@@ -166,7 +190,7 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 		}
 	}()
 
-	host := Host{WorkDir: run.work, UIDBase: r.cfg.UIDBase, Seccomp: r.cfg.Seccomp}
+	host := Host{WorkDir: run.work, UIDBase: r.cfg.UIDBase, Seccomp: r.cfg.Seccomp, SingleID: r.cfg.SingleID}
 	if r.cfg.Cgroups != nil {
 		host.CgroupsPath = r.cfg.Cgroups.ChildPath(id)
 	}
@@ -174,9 +198,16 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 	if err != nil {
 		return nil, err
 	}
-	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: id, Spec: spec})
+	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: id, Spec: spec, RootlessCgroups: r.rootlessCgroups()})
 	if err != nil {
 		return nil, fmt.Errorf("%w: convert spec: %w", ErrRuntime, err)
+	}
+	if p := r.cfg.Cgroups; p != nil && p.Delegated() && r.cfg.CgroupMode.V1() {
+		// A cgroup v1 subtree delegated to a rootless server exists only
+		// in the memory, pids, cpu and cpuacct hierarchies. libcontainer
+		// skips the hierarchies it cannot write only for a cgroup named
+		// by Parent and Name, not by an explicit Path.
+		config.Cgroups.Path, config.Cgroups.Parent, config.Cgroups.Name = "", p.Path(), id
 	}
 	// If sandcell dies, the program dies with it (the start-up Recover
 	// removes the rest).

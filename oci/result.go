@@ -38,6 +38,11 @@ type Result struct {
 	// Message explains a status other than ok and error in one sentence
 	// (which limit, or what failed inside sandcell and how to fix it).
 	Message string `json:"message,omitempty"`
+	// LimitsEnforced names each limit that held for this run and how:
+	// "cgroup", or the rlimit that stands in for it on a rootless host
+	// without a delegated cgroup (see Enforced). A limit missing from it
+	// was not enforced.
+	LimitsEnforced map[string]string `json:"limits_enforced,omitempty"`
 	// Compile is the compile phase's result, for a compiled language. If
 	// it failed, the program did not run: the result is then the compile
 	// phase's (its output and status: error for a compile error, or

@@ -43,6 +43,8 @@ type run struct {
 	stdout *capture
 	stderr *capture
 
+	enforced map[string]string // the result's limits_enforced
+
 	stop    chan stopReason // the first reason to stop wins
 	started time.Time
 
@@ -222,7 +224,11 @@ func (r *run) result(stop stopReason, usage limits.Usage) Result {
 	}
 	if ws := r.workspace; ws != nil && settleErr == nil {
 		r.workspace = nil // Save is called once, even if Wait is not
-		if err := ws.Save(r.work); err != nil {
+		if err := ws.Save(r.work); errors.Is(err, ErrWorkRefused) {
+			// The program left what the session may not keep (past its
+			// quota, too deep, too many entries): its doing, not ours.
+			status, msg = StatusError, fmt.Sprintf("the session did not keep this run's /work: %v %s", err, notSaved)
+		} else if err != nil {
 			status, msg = StatusInternalError, fmt.Sprintf("saving /work to the session failed: %v %s", err, notSaved)
 		}
 	}
@@ -239,6 +245,7 @@ func (r *run) result(stop stopReason, usage limits.Usage) Result {
 		StdoutTruncated: outTrunc,
 		StderrTruncated: errTrunc,
 		Message:         msg,
+		LimitsEnforced:  r.enforced,
 	}
 }
 

@@ -197,10 +197,12 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 	}
 	r := g.lc
 	id := r.newID()
-	run, err := newRun(id, filepath.Join(r.dir, "runs", id), req, r.cfg.UIDBase+SandboxUID, r.cfg.UIDBase+SandboxGID)
+	uid, gid := r.SandboxIDs()
+	run, err := newRun(id, filepath.Join(r.dir, "runs", id), req, uid, gid)
 	if err != nil {
 		return nil, err
 	}
+	run.enforced = Enforced(r.cfg.Cgroups != nil)
 	c := &gvContainer{run: run, g: g}
 	run.settle = c.settle
 	r.register(id, c)

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandcell/sandcell/limits"
 )
 
 // Identity inside every sandbox: the program runs as this uid/gid, which is
@@ -74,6 +76,10 @@ type Host struct {
 	UIDBase uint32
 	// Seccomp is the filter every run gets. It must not be nil.
 	Seccomp *specs.LinuxSeccomp
+	// SingleID: the host (a rootless server's own user namespace) has one
+	// uid and gid, UIDBase: the container maps its root to it, and the
+	// program runs as that root, without capabilities (see RootlessUID).
+	SingleID bool
 }
 
 // Spec builds the runtime-spec for one run. It is pure: the same request and
@@ -98,6 +104,10 @@ func Spec(req *Request, h Host) (*specs.Spec, error) {
 	env = append(append(env, baseEnv...), req.Env...)
 	tmpfsSize := "size=" + strconv.FormatInt(l.TmpfsBytes, 10)
 	yes := true
+	mapSize, user := uint32(idMapSize), specs.User{UID: SandboxUID, GID: SandboxGID}
+	if h.SingleID {
+		mapSize, user = 1, specs.User{}
+	}
 	oomScore := 1000 // under host memory pressure, the kernel kills a sandbox first
 
 	s := &specs.Spec{
@@ -108,7 +118,7 @@ func Spec(req *Request, h Host) (*specs.Spec, error) {
 			Args: append([]string(nil), req.Args...),
 			Env:  env,
 			Cwd:  cwd,
-			User: specs.User{UID: SandboxUID, GID: SandboxGID},
+			User: user,
 			// No capabilities at all, in every set.
 			Capabilities:    &specs.LinuxCapabilities{},
 			NoNewPrivileges: yes,
@@ -134,8 +144,8 @@ func Spec(req *Request, h Host) (*specs.Spec, error) {
 				// Without a cgroup namespace /proc/self/cgroup shows host paths.
 				{Type: specs.CgroupNamespace},
 			},
-			UIDMappings:   []specs.LinuxIDMapping{{ContainerID: 0, HostID: h.UIDBase, Size: idMapSize}},
-			GIDMappings:   []specs.LinuxIDMapping{{ContainerID: 0, HostID: h.UIDBase, Size: idMapSize}},
+			UIDMappings:   []specs.LinuxIDMapping{{ContainerID: 0, HostID: h.UIDBase, Size: mapSize}},
+			GIDMappings:   []specs.LinuxIDMapping{{ContainerID: 0, HostID: h.UIDBase, Size: mapSize}},
 			Resources:     l.Resources(),
 			CgroupsPath:   h.CgroupsPath,
 			Seccomp:       h.Seccomp,
@@ -149,5 +159,56 @@ func Spec(req *Request, h Host) (*specs.Spec, error) {
 	// Only the harmless character devices (specconv adds null, zero, full,
 	// random, urandom, tty); everything else is denied by the device cgroup.
 	s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}
+	if h.SingleID && h.CgroupsPath == "" {
+		noCgroups(s, l)
+	}
 	return s, nil
+}
+
+// noCgroups adapts a spec to a rootless server without a delegated cgroup
+// (tier 3): no cgroup limit can be set, so rlimits stand in where they
+// can, and the result's limits_enforced says which held.
+//   - Processes: RLIMIT_NPROC, which this kernel counts per user namespace
+//     and uid, so it bounds the sandbox's own processes (a fork bomb gets
+//     EAGAIN), not the user's others.
+//   - Memory: RLIMIT_AS, the address space of each process. It cannot go
+//     on libcontainer's Process: its init (a Go program that then compiles
+//     the seccomp filter) needs more address space than a small limit
+//     allows. The base layer's static busybox sets it ("ulimit -v") and
+//     execs the program, after init is done: argv, environment, pid and
+//     fds stay the program's own.
+//   - CPU share: none (RLIMIT_CPU still bounds CPU time).
+//
+// A user namespace cannot create device nodes either way, so the device
+// cgroup rules are dropped with the rest.
+func noCgroups(s *specs.Spec, l limits.Set) {
+	s.Linux.Resources = &specs.LinuxResources{}
+	if l.Pids > 0 {
+		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Soft: uint64(l.Pids), Hard: uint64(l.Pids)})
+	}
+	if kib := l.MemoryBytes >> 10; kib > 0 {
+		s.Process.Args = append([]string{"/bin/busybox", "sh", "-c", `ulimit -v ` + strconv.FormatInt(kib, 10) + ` && exec "$0" "$@"`}, s.Process.Args...)
+	}
+}
+
+// Enforced says how each limit of a run is enforced on a host: by the
+// run's cgroup, or (cgroups false: a rootless server without a delegated
+// cgroup) by the rlimits that stand in. A limit missing from the map is
+// not enforced. It is the result's limits_enforced.
+func Enforced(cgroups bool) map[string]string {
+	m := map[string]string{
+		"timeout":    "wall clock",
+		"cpu_time":   "RLIMIT_CPU",
+		"output":     "capture cap",
+		"tmpfs":      "tmpfs size",
+		"file_size":  "RLIMIT_FSIZE",
+		"open_files": "RLIMIT_NOFILE",
+	}
+	if cgroups {
+		m["memory"], m["pids"], m["cpus"] = "cgroup", "cgroup", "cgroup"
+	} else {
+		m["memory"] = "RLIMIT_AS (address space per process)"
+		m["pids"] = "RLIMIT_NPROC (processes of the sandbox)"
+	}
+	return m
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -26,9 +27,13 @@ import (
 // packages are extracted and before mmdebstrap deletes the downloaded .debs,
 // and writes one "name TAB version TAB arch" line per package to the file
 // named by $SANDCELL_PACKAGE_LIST. (The extract variant installs nothing, so
-// the layer's dpkg status database stays empty and cannot be asked.)
+// the layer's dpkg status database stays empty and cannot be asked.) If
+// $SANDCELL_OWNER_LIST is set, it also appends there the packages' file
+// lists with numeric owners (tar -tv, names C-quoted; see squashedOwners).
 const listHook = `set -e; for f in "$1"/var/cache/apt/archives/*.deb; do ` +
 	`dpkg-deb --show --showformat='${Package}\t${Version}\t${Architecture}\n' "$f"; ` +
+	`if [ -n "$SANDCELL_OWNER_LIST" ]; then ` +
+	`dpkg-deb --fsys-tarfile "$f" | tar -t -v --numeric-owner --quoting-style=c >> "$SANDCELL_OWNER_LIST"; fi; ` +
 	`done > "$SANDCELL_PACKAGE_LIST"`
 
 // setupEnv is the whole environment of a setup step.
@@ -64,13 +69,15 @@ func (s *Store) buildLayer(ctx context.Context, name string, r recipe, emit func
 	root := filepath.Join(tmp, "root")
 
 	var pkgs []Package
+	var owners map[string]string // path in the layer -> "uid:gid" its package gives it, if not root's
+	var squashed []string
 	if r.Kind == KindSkeleton {
 		if err := writeSkeleton(root); err != nil {
 			return Manifest{}, fmt.Errorf("skeleton: %w", err)
 		}
 	} else {
 		emit("extract")
-		if pkgs, err = s.extract(ctx, name, r, tmp, root); err != nil {
+		if pkgs, owners, err = s.extract(ctx, name, r, tmp, root); err != nil {
 			return Manifest{}, err
 		}
 		if err := makeLinks(root, r.Links); err != nil {
@@ -86,9 +93,15 @@ func (s *Store) buildLayer(ctx context.Context, name string, r recipe, emit func
 		if err := s.finish(ctx, name, r, root); err != nil {
 			return Manifest{}, err
 		}
+		if squashed, err = squashedOwners(root, owners); err != nil {
+			return Manifest{}, err
+		}
+		if len(squashed) > 0 {
+			s.log().Info("package owners not kept: the user namespace maps one id", "layer", name, "entries", squashed)
+		}
 	}
 	emit("hash")
-	return s.commitLayer(ctx, name, r, pkgs, tmp, start)
+	return s.commitLayer(ctx, name, r, pkgs, squashed, tmp, start)
 }
 
 // newBuildDir makes a fresh, traversable build directory tmp/<key>-<random>.
@@ -114,7 +127,7 @@ func (s *Store) newBuildDir(key string) (string, error) {
 
 // commitLayer hashes the finished layer tree tmp/root, writes its manifest
 // and moves tmp to layers/<hex>. The caller removes tmp on error.
-func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []Package, tmp string, start time.Time) (Manifest, error) {
+func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []Package, squashed []string, tmp string, start time.Time) (Manifest, error) {
 	dir, err := s.dir()
 	if err != nil {
 		return Manifest{}, err
@@ -124,16 +137,17 @@ func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []P
 		return Manifest{}, fmt.Errorf("hash layer: %w", err)
 	}
 	m := Manifest{
-		Format:   storeFormat,
-		ID:       layerID(r, pkgs),
-		Kind:     r.Kind,
-		Recipe:   r.key(),
-		Suite:    r.Suite,
-		Packages: pkgs,
-		Setup:    r.Setup,
-		Lower:    r.Lower,
-		Tree:     tree,
-		Bytes:    tree.Bytes,
+		Format:         storeFormat,
+		ID:             layerID(r, pkgs, squashed),
+		Kind:           r.Kind,
+		Recipe:         r.key(),
+		Suite:          r.Suite,
+		Packages:       pkgs,
+		Setup:          r.Setup,
+		Lower:          r.Lower,
+		SquashedOwners: squashed,
+		Tree:           tree,
+		Bytes:          tree.Bytes,
 	}
 	if r.Kind == KindLanguage {
 		m.Language = name
@@ -144,7 +158,11 @@ func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []P
 	if err != nil {
 		return Manifest{}, err
 	}
+	// 0644 whatever the umask: rootless users of a shared store read it.
 	if err := os.WriteFile(filepath.Join(tmp, manifestName), append(data, '\n'), 0o644); err != nil {
+		return Manifest{}, err
+	}
+	if err := os.Chmod(filepath.Join(tmp, manifestName), 0o644); err != nil {
 		return Manifest{}, err
 	}
 	// Make the layer durable before it gets its name, so a crash cannot
@@ -158,7 +176,7 @@ func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []P
 		if err := removeTree(tmp); err != nil {
 			return Manifest{}, err
 		}
-		return s.readManifest(hexID(m.ID))
+		return readManifest(layerRef{hex: hexID(m.ID), store: dir})
 	}
 	if err := mkdirAll(filepath.Join(dir, layersDir)); err != nil {
 		return Manifest{}, err
@@ -171,38 +189,145 @@ func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []P
 
 // extract runs mmdebstrap's extract variant for r's packages into root and
 // returns the packages it extracted.
-func (s *Store) extract(ctx context.Context, name string, r recipe, tmp, root string) ([]Package, error) {
+//
+// In a user namespace that maps one id (rootless sandcell, `unshare -r`),
+// two things of a root build fail, and there, and only there, extract
+// works around them:
+//
+//   - tar cannot give a file an owner other than root, the namespace's one
+//     id (chown(2) fails with EINVAL: base-files' /var/local is
+//     root:staff), and fails the build. tar extracts with --no-same-owner
+//     (through $TAR_OPTIONS, which mmdebstrap passes on), so every file is
+//     root's, and extract returns owners: the entries whose package gives
+//     them another owner, "uid:gid" by path in the layer.
+//   - mmdebstrap mounts a devpts with uid=5 on the target's /dev/pts (and
+//     bind-mounts /dev nodes, /proc and /sys) for its hooks once the target
+//     has a /dev; the kernel refuses the devpts (uid 5 is not mapped).
+//     --skip=chroot/mount leaves them out: listHook runs outside the
+//     target, and finishPackages removes /dev, /proc and /sys anyway.
+//
+// Everything else runs as in a root build (mmdebstrap's root mode as the
+// namespace's root, setup steps chrooted): a layer whose packages own
+// everything by root comes out identical, with the same id and, hashed in
+// the namespace (where its files are root's), the same tree hash.
+func (s *Store) extract(ctx context.Context, name string, r recipe, tmp, root string) ([]Package, map[string]string, error) {
 	mmdebstrap, err := exec.LookPath("mmdebstrap")
 	if err != nil {
-		return nil, fmt.Errorf("%w (install it: apt-get install mmdebstrap)", err)
+		return nil, nil, fmt.Errorf("%w (install it: apt-get install mmdebstrap)", err)
 	}
 	list := filepath.Join(tmp, "packages.tsv")
+	ownerList := ""
+	if currentNS().oneID() {
+		ownerList = filepath.Join(tmp, "owners.txt")
+	}
 	args := []string{
 		"--mode=root",
 		"--variant=extract",
 		"--format=directory",
 		"--include=" + strings.Join(r.Packages, ","),
 		"--extract-hook=" + listHook,
-		"--",
-		r.Suite,
-		root,
 	}
+	if ownerList != "" {
+		args = append(args, "--skip=chroot/mount")
+	}
+	args = append(args, "--", r.Suite, root)
 	cmd := exec.CommandContext(ctx, mmdebstrap, append(args, s.Mirrors...)...)
-	cmd.Env = append(os.Environ(), "SANDCELL_PACKAGE_LIST="+list)
+	// Not the caller's TAR_OPTIONS: extraction must not depend on them.
+	cmd.Env = append(os.Environ(), "SANDCELL_PACKAGE_LIST="+list, "SANDCELL_OWNER_LIST=", "TAR_OPTIONS=")
+	if ownerList != "" {
+		cmd.Env = append(cmd.Env, "SANDCELL_OWNER_LIST="+ownerList, "TAR_OPTIONS=--no-same-owner")
+	}
 	t0 := time.Now()
 	if err := s.run(ctx, cmd); err != nil {
-		return nil, fmt.Errorf("mmdebstrap: %w", err)
+		return nil, nil, fmt.Errorf("mmdebstrap: %w", err)
 	}
 	s.log().Debug("extracted packages", "layer", name, "duration", time.Since(t0).Round(time.Millisecond))
 	data, err := os.ReadFile(list)
 	if err != nil {
-		return nil, fmt.Errorf("package list: %w", err)
+		return nil, nil, fmt.Errorf("package list: %w", err)
 	}
 	pkgs, err := parsePackages(data)
 	if err != nil {
-		return nil, fmt.Errorf("package list: %w", err)
+		return nil, nil, fmt.Errorf("package list: %w", err)
 	}
-	return pkgs, os.Remove(list)
+	var owners map[string]string
+	if ownerList != "" {
+		data, err := os.ReadFile(ownerList)
+		if err != nil {
+			return nil, nil, fmt.Errorf("owner list: %w", err)
+		}
+		if owners, err = parseOwners(data); err != nil {
+			return nil, nil, fmt.Errorf("owner list: %w", err)
+		}
+		if err := os.Remove(ownerList); err != nil {
+			return nil, nil, err
+		}
+	}
+	return pkgs, owners, os.Remove(list)
+}
+
+// parseOwners reads `tar -t -v --numeric-owner --quoting-style=c` output,
+//
+//	drwxrwsr-x 0/50              0 2023-03-12 12:00 "./var/local/"
+//
+// and returns the entries not owned by 0/0: "uid:gid" by clean path in the
+// layer ("var/local").
+func parseOwners(data []byte) (map[string]string, error) {
+	owners := map[string]string{}
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		q := strings.IndexByte(line, '"')
+		if len(f) < 6 || q < 0 {
+			return nil, fmt.Errorf("malformed line %q", strings.TrimSpace(line))
+		}
+		if f[1] == "0/0" {
+			continue
+		}
+		quoted, err := strconv.QuotedPrefix(line[q:])
+		if err != nil {
+			return nil, fmt.Errorf("line %q: %w", strings.TrimSpace(line), err)
+		}
+		name, err := strconv.Unquote(quoted)
+		if err != nil {
+			return nil, fmt.Errorf("line %q: %w", strings.TrimSpace(line), err)
+		}
+		name = path.Clean(strings.TrimPrefix(name, "./"))
+		if !validLayerPath(name) {
+			continue // "." (the root), or nothing a layer holds
+		}
+		owners[name] = strings.Replace(f[1], "/", ":", 1)
+	}
+	return owners, nil
+}
+
+// squashedOwners returns the entries of owners still in the finished tree
+// at dir (neither trimmed, removed nor held by a lower layer) as sorted
+// "/path uid:gid" lines: where the layer differs from a root build.
+func squashedOwners(dir string, owners map[string]string) ([]string, error) {
+	if len(owners) == 0 {
+		return nil, nil
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	var out []string
+	for name, owner := range owners {
+		_, err := root.Lstat(name)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, "/"+name+" "+owner)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // setup runs one setup step chrooted into root.

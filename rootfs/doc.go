@@ -38,14 +38,26 @@
 // builder per layer, across processes (flock); Prune removes what the
 // catalogue no longer uses. See Store for the layout.
 //
+// Rootless: an unprivileged sandcell runs as root of a user namespace that
+// maps only the user's own ids, with its own mount namespace. There the
+// store works unchanged: it mounts roots (overlayfs with userxattr) and
+// builds layers (mmdebstrap's root mode and chroot(2) as the namespace's
+// root). Such a build cannot give files owners other than root (the
+// namespace's one id): the few entries whose packages give them another
+// owner are listed in Manifest.SquashedOwners, which is part of the
+// layer's id; every other layer comes out identical to a root build. A
+// rootless store may take layers read-only from a root-built one
+// (Store.Shared), whose files it sees owned by nobody.
+//
 // Threats: layers are built from signed Debian packages and so are not
 // attacker-controlled, but they are visible to untrusted programs
 // (read-only; no setuid file, no device node). Writes into a layer during its build go
 // through os.Root, so symlinks in packages resolve only within the layer,
 // never onto the host. Setup steps run as root in a plain chroot(2), which
 // root can leave: they are trusted catalogue data, exactly like the
-// packages they run, never input from a request. The mount table is read
-// from /proc/thread-self, never /proc/self, whose view may be a container's
+// packages they run, never input from a request. (Rootless, that root is
+// the user's own uid outside its namespace.) The mount table is read from
+// /proc/thread-self, never /proc/self, whose view may be a container's
 // (libcontainer moves threads of this process into containers' mount
 // namespaces).
 //
@@ -53,6 +65,7 @@
 //
 //	lang, err := rootfs.Lookup("py")
 //	store := &rootfs.Store{Dir: rootfs.DefaultDir()} // one per process: it caches mounted roots
+//	// rootless: &rootfs.Store{Dir: userCache, Shared: []string{"/var/lib/sandcell"}}
 //	root, err := store.Root(lang) // errors.Is(err, rootfs.ErrNotBuilt): run "sandcell rootfs build python"
 //	// root is a read-only overlay: use it as the container's read-only root;
 //	// compile with lang.Compile and lang.CompileLimits, run lang.Run with lang.Env and lang.Limits

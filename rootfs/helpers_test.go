@@ -105,10 +105,11 @@ func fakeStore(t testing.TB, langs ...string) *Store {
 		var lower []string
 		for _, spec := range specs {
 			r := spec.recipe(lower)
-			id, ok, err := s.lookupRecipe(r.key())
+			ref, ok, err := s.lookupRecipe(r.key())
 			if err != nil {
 				t.Fatal(err)
 			}
+			id := ref.id()
 			if !ok {
 				id = fakeLayer(t, s, spec.name, r, map[string]string{spec.name + ".txt": spec.name + "\n"})
 			}
@@ -136,8 +137,18 @@ func fakeLayer(t testing.TB, s *Store, name string, r recipe, files map[string]s
 		mkdirs(t, root, "usr/bin")
 		writeFiles(t, root, files)
 		pkgs = []Package{{Name: name, Version: "1.0", Arch: "all"}}
+		// As a build does: readable by anyone whatever the umask.
+		fsroot, err := os.OpenRoot(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = normalise(fsroot)
+		fsroot.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	m, err := s.commitLayer(t.Context(), name, r, pkgs, tmp, time.Now())
+	m, err := s.commitLayer(t.Context(), name, r, pkgs, nil, tmp, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

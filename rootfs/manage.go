@@ -18,8 +18,13 @@ import (
 // build it once. Cancelling ctx stops the build (mmdebstrap and setup steps
 // are killed) and removes its temporary directory.
 //
-// Preconditions: root (mmdebstrap's root mode and chroot(2)), mmdebstrap
-// installed, the Debian mirror reachable. Only builds reach the network;
+// Layers are built into Dir only; layers a shared store has (Shared) are
+// used, not built again.
+//
+// Preconditions: root, or root of a user namespace with its own mount
+// namespace (rootless sandcell; see Manifest.SquashedOwners for how its
+// layers may differ), for mmdebstrap's root mode and chroot(2); mmdebstrap
+// installed; the Debian mirror reachable. Only builds reach the network;
 // runs never do.
 func (s *Store) Build(ctx context.Context, lang Language) error {
 	return s.BuildWith(ctx, lang, nil)
@@ -35,7 +40,7 @@ func (s *Store) BuildWith(ctx context.Context, lang Language, fn func(Progress))
 		return err // built already, or a real error
 	}
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("building the %s layers needs root (mmdebstrap root mode and chroot)", lang.Name)
+		return fmt.Errorf("building the %s layers needs root, or root of a user namespace (mmdebstrap root mode and chroot)", lang.Name)
 	}
 	dir, err := s.dir()
 	if err != nil {
@@ -111,14 +116,14 @@ func (s *Store) missing(specs []layerSpec) (int, error) {
 	}
 	var lower []string
 	for i, spec := range specs {
-		id, ok, err := s.lookupRecipe(spec.recipe(lower).key())
+		ref, ok, err := s.lookupRecipe(spec.recipe(lower).key())
 		if err != nil {
 			return 0, err
 		}
 		if !ok {
 			return n + len(specs) - i, nil
 		}
-		lower = append([]string{id}, lower...)
+		lower = append([]string{ref.id()}, lower...)
 	}
 	return n, nil
 }
@@ -128,8 +133,8 @@ func (s *Store) missing(specs []layerSpec) (int, error) {
 // the layer.
 func (s *Store) ensureLayer(ctx context.Context, name string, r recipe, report func(layer, step string)) (string, error) {
 	key := r.key()
-	if id, ok, err := s.lookupRecipe(key); err != nil || ok {
-		return id, err
+	if ref, ok, err := s.lookupRecipe(key); err != nil || ok {
+		return ref.id(), err
 	}
 	dir, err := s.dir()
 	if err != nil {
@@ -143,11 +148,11 @@ func (s *Store) ensureLayer(ctx context.Context, name string, r recipe, report f
 		return "", fmt.Errorf("lock: %w", err)
 	}
 	defer unlock()
-	if id, ok, err := s.lookupRecipe(key); err != nil || ok {
+	if ref, ok, err := s.lookupRecipe(key); err != nil || ok {
 		if ok {
 			report(name, "done")
 		}
-		return id, err // another builder finished while we waited
+		return ref.id(), err // another builder finished while we waited
 	}
 	s.log().Info("building layer", "layer", name, "kind", r.Kind, "packages", r.Packages)
 	m, err := s.buildLayer(ctx, name, r, func(step string) { report(name, step) })
@@ -205,8 +210,8 @@ func (s *Store) Ensure(ctx context.Context, lang Language, fn func(Progress)) (s
 // builds whose builder is gone (a build in progress, in this or another
 // process, holds its lock and is left alone), and roots that no language of
 // the catalogue uses any more (unmounted: sandboxes running on them keep
-// their copies). Layers are never touched; see Prune. A missing Dir is
-// clean. Run it at start-up.
+// their copies). Layers are never touched; see Prune. Only Dir is cleaned,
+// never a shared store. A missing Dir is clean. Run it at start-up.
 func (s *Store) Clean() error {
 	dir, err := s.dir()
 	if err != nil {
@@ -308,9 +313,11 @@ type Pruned struct {
 // an older catalogue or by rebuilt layers), their roots and recipe
 // pointers, leftover builds, and layers of the previous store format
 // (Dir/layers/<name>/, the old default /var/lib/sandcell/layers). It waits for running builds and blocks new ones
-// while it runs.
+// while it runs. Only Dir is pruned, never a shared store; a layer of Dir
+// that a language's stack uses on a shared store's lower layers is kept.
 //
-// Preconditions: root, to unmount stale roots.
+// Preconditions: root, or the user namespace that mounted the roots, to
+// unmount stale roots.
 func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 	var res Pruned
 	dir, err := s.dir()
@@ -337,10 +344,10 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 	liveIDs := map[string]bool{}
 	skel := skeletonRecipe().key()
 	liveKeys[skel] = true
-	if id, ok, err := s.lookupRecipe(skel); err != nil {
+	if ref, ok, err := s.lookupRecipe(skel); err != nil {
 		return res, err
 	} else if ok {
-		liveIDs[hexID(id)] = true
+		liveIDs[ref.hex] = true
 	}
 	for _, l := range cat.Languages {
 		specs, err := chain(l)
@@ -351,15 +358,15 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 		for _, spec := range specs {
 			key := spec.recipe(lower).key()
 			liveKeys[key] = true
-			id, ok, err := s.lookupRecipe(key)
+			ref, ok, err := s.lookupRecipe(key)
 			if err != nil {
 				return res, err
 			}
 			if !ok {
 				break
 			}
-			liveIDs[hexID(id)] = true
-			lower = append([]string{id}, lower...)
+			liveIDs[ref.hex] = true
+			lower = append([]string{ref.id()}, lower...)
 		}
 	}
 
@@ -411,7 +418,7 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 		if !hexRE.MatchString(name) || liveIDs[name] {
 			continue
 		}
-		m, _ := s.readManifest(name)
+		m, _ := readManifest(layerRef{hex: name, store: dir})
 		if err := removeTree(filepath.Join(dir, layersDir, name)); err != nil {
 			errs = append(errs, err)
 			continue
@@ -464,45 +471,74 @@ func oldFormatEntry(p, name string) bool {
 	return err1 == nil && err2 == nil
 }
 
-// Verify re-hashes every layer of the language's stack and compares it with
-// the hash recorded at build time. A modified layer is an error wrapping
-// ErrModified that names the layer.
+// Verify re-hashes every layer of the language's stack (in Dir or a shared
+// store) and compares it with the hash recorded at build time. A modified
+// layer is an error wrapping ErrModified that names the layer.
 func (s *Store) Verify(ctx context.Context, lang Language) error {
 	st, err := s.resolve(lang)
 	if err != nil {
 		return err
 	}
-	for _, h := range st.layers {
-		if _, err := s.VerifyLayer(ctx, "sha256:"+h); err != nil {
+	for _, l := range st.layers {
+		if _, err := s.verifyLayer(ctx, l); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// VerifyLayer re-hashes one layer (by id, as in Manifest.ID) and compares it
-// with its manifest. It returns the manifest; a mismatch is an error
-// wrapping ErrModified.
+// VerifyLayer re-hashes one layer (by id, as in Manifest.ID), in Dir or a
+// shared store, and compares it with its manifest. It returns the
+// manifest; a mismatch is an error wrapping ErrModified.
+//
+// In a user namespace that does not map the owners of the layer's files
+// (rootless sandcell checking a root-built shared layer: they look owned
+// by nobody), the owners cannot be checked: VerifyLayer compares the
+// owner-free TreeHash.Content instead, and fails without ErrModified for a
+// layer whose manifest predates it. A layer built in such a namespace
+// records the owners it saw there (root for its own files), so it verifies
+// there, and not from the host, where its files belong to the user.
 func (s *Store) VerifyLayer(ctx context.Context, id string) (Manifest, error) {
 	h := hexID(id)
 	if !hexRE.MatchString(h) {
 		return Manifest{}, fmt.Errorf("layer id %q: not sha256:<64 hex digits>", id)
 	}
-	m, err := s.readManifest(h)
+	l, err := s.findLayer(h)
 	if err != nil {
 		return Manifest{}, err
 	}
-	got, err := hashTree(ctx, s.layerRoot(h))
+	return s.verifyLayer(ctx, l)
+}
+
+func (s *Store) verifyLayer(ctx context.Context, l layerRef) (Manifest, error) {
+	m, err := readManifest(l)
 	if err != nil {
-		return m, fmt.Errorf("layer %.19s: %w", id, err)
+		return Manifest{}, err
 	}
-	if got.Digest != m.Tree.Digest {
-		what := m.Kind
-		if m.Language != "" {
-			what = m.Language
+	what := m.Kind
+	if m.Language != "" {
+		what = m.Language
+	}
+	got, unmapped, err := hashTreeIn(ctx, l.root(), currentNS())
+	if err != nil {
+		return m, fmt.Errorf("%s layer %.19s: %w", what, m.ID, err)
+	}
+	want, have := m.Tree.Digest, got.Digest
+	if unmapped > 0 {
+		if m.Tree.Content == "" {
+			return m, fmt.Errorf("%s layer %.19s: cannot verify it in this user namespace: it does not map the owners of %d of its files, "+
+				"and the layer was built before sandcell recorded a digest without owners (verify it as root)", what, m.ID, unmapped)
 		}
-		return m, fmt.Errorf("%s layer %.19s: %w: tree hash %s, built as %s (%d entries now, %d then; run: sandcell rootfs prune, then build it again)",
-			what, id, ErrModified, got.Digest, m.Tree.Digest, got.Entries, m.Tree.Entries)
+		want, have = m.Tree.Content, got.Content
+		s.log().Debug("verified layer without its owners", "layer", what, "id", m.ID, "unmapped", unmapped)
+	}
+	if have != want {
+		fix := "run: sandcell rootfs prune, then build it again"
+		if dir, _ := s.dir(); l.store != dir {
+			fix = "it is in a shared store: ask its owner to prune and build it again"
+		}
+		return m, fmt.Errorf("%s layer %.19s: %w: tree hash %s, built as %s (%d entries now, %d then; %s)",
+			what, m.ID, ErrModified, have, want, got.Entries, m.Tree.Entries, fix)
 	}
 	return m, nil
 }

@@ -116,7 +116,16 @@ func isSandcellRoot(m mountEntry) bool {
 // hold no setuid or setgid file and no device node (normalise strips and
 // rejects them, Verify checks the tree), and runs set no_new_privs.
 //
-// Preconditions: root (CAP_SYS_ADMIN); point an existing directory.
+// In a user namespace (rootless sandcell), the mount adds userxattr:
+// overlayfs cannot read its trusted.* xattrs there and refuses redirect_dir
+// and metacopy (EPERM, "redirect_dir requires permission to access trusted
+// xattrs") if a kernel's defaults turn them on; userxattr turns them off.
+// The layers hold no overlay xattrs (no whiteouts, redirects or metacopy:
+// they are plain trees), so the root is the same either way.
+//
+// Preconditions: CAP_SYS_ADMIN over the mount namespace (root, or root of
+// a user namespace that owns it, Linux 5.11 or later); point an existing
+// directory.
 func mountOverlay(point string, lowers []string) error {
 	if len(lowers) < 2 {
 		return fmt.Errorf("overlay needs at least two lower directories, got %d", len(lowers))
@@ -128,6 +137,9 @@ func mountOverlay(point string, lowers []string) error {
 		}
 	}
 	opts := "lowerdir=" + strings.Join(lowers, ":")
+	if !currentNS().initial() {
+		opts += ",userxattr"
+	}
 	if len(opts) >= os.Getpagesize() {
 		return fmt.Errorf("overlay options are %d bytes, more than a page: use a shorter store directory", len(opts))
 	}
@@ -136,7 +148,7 @@ func mountOverlay(point string, lowers []string) error {
 	err := unix.Mount(overlaySource, point, "overlay", unix.MS_RDONLY, opts)
 	if err != nil {
 		if errors.Is(err, unix.EPERM) {
-			return fmt.Errorf("mount overlay: %w (mounting a language root needs root)", err)
+			return fmt.Errorf("mount overlay: %w (mounting a language root needs root, or root of a user namespace with its own mount namespace on Linux 5.11 or later)", err)
 		}
 		return fmt.Errorf("mount overlay at %s: %w", point, err)
 	}

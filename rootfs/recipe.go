@@ -47,13 +47,17 @@ func (r recipe) key() string {
 }
 
 // layerID is a layer's id: "sha256:" and the hex SHA-256 of its recipe and
-// the packages (names, versions, architectures) its build resolved. Equal
-// ids mean equal layers. Not the language name, the build time or the size.
-func layerID(r recipe, pkgs []Package) string {
+// the packages (names, versions, architectures) its build resolved, and of
+// the owners the build could not set (Manifest.SquashedOwners; none for a
+// build as root, which leaves the id as it was before they were recorded).
+// Equal ids mean equal layers. Not the language name, the build time or
+// the size.
+func layerID(r recipe, pkgs []Package, squashed []string) string {
 	return "sha256:" + hashJSON(struct {
 		Recipe   recipe    `json:"recipe"`
 		Packages []Package `json:"packages"`
-	}{r, pkgs})
+		Squashed []string  `json:"squashed_owners,omitempty"`
+	}{r, pkgs, squashed})
 }
 
 func hashJSON(v any) string {
@@ -160,6 +164,12 @@ type Manifest struct {
 	Setup [][]string `json:"setup,omitempty"`
 	// Lower are the ids of the layers this one is stacked on, top first.
 	Lower []string `json:"lower,omitempty"`
+	// SquashedOwners are the entries whose owner, as their package gives
+	// it, the build could not set, as "/path uid:gid" (e.g. "/var/local
+	// 0:50"): a build in a user namespace that maps one id (rootless) owns
+	// every file by that id, root. Nothing else differs from a build as
+	// root, whose list is empty. Part of the layer's id.
+	SquashedOwners []string `json:"squashed_owners,omitempty"`
 	// Tree is the layer's tree hash, which Verify checks.
 	Tree TreeHash `json:"tree"`
 	// Built is when the build finished.

@@ -51,6 +51,11 @@ func DefaultDir() string {
 // only by rename(2) of a finished build and a recipe pointer only after
 // its layer, so whatever the store names is complete.
 //
+// A store may also use, read-only, the layers of other stores (Shared): a
+// rootless sandcell keeps its own store in the user's cache and takes the
+// layers root built in /var/lib/sandcell. Everything written (roots,
+// locks, builds) goes under Dir.
+//
 // The zero Store is not usable: Dir must be set. Methods may be called
 // concurrently, also from several processes sharing Dir.
 type Store struct {
@@ -59,6 +64,20 @@ type Store struct {
 	// parents) with mode 0755. Sandboxes that run in a user namespace must
 	// be able to traverse Dir and all its parents.
 	Dir string
+
+	// Shared are other sandcell home directories, like Dir, whose built
+	// layers are used read-only, e.g. the root-built /var/lib/sandcell for
+	// a rootless sandcell whose Dir is the user's. Each layer of a
+	// language's stack is looked up by its recipe in Dir first, then in
+	// Shared in order, so a root's lower directories may lie in shared
+	// stores and Build builds in Dir only the layers none of them has
+	// (stacked on theirs). Nothing is written to a shared store: roots are
+	// mounted, locks taken and layers built under Dir, and Prune and Clean
+	// touch Dir only. A shared layer that is incomplete (no readable
+	// manifest) or unreadable is skipped, and logged once. If a shared
+	// store prunes a layer that layers in Dir stack on, the language is
+	// not built until Build builds the missing layers into Dir.
+	Shared []string
 
 	// Mirrors are passed to mmdebstrap as its MIRROR arguments: a URI, a
 	// one-line "deb ..." entry, or the path of a sources.list file (deb822
@@ -70,9 +89,11 @@ type Store struct {
 	// Logger receives build progress. Nil discards.
 	Logger *slog.Logger
 
-	// mu guards roots, the roots this Store mounted or found mounted.
-	mu    sync.Mutex
-	roots map[string]cachedRoot // by language name
+	// mu guards roots, the roots this Store mounted or found mounted, and
+	// warned, the problems with shared stores already logged.
+	mu     sync.Mutex
+	roots  map[string]cachedRoot // by language name
+	warned map[string]bool
 }
 
 // cachedRoot is a root Root found mounted: later calls check that the same
@@ -125,10 +146,15 @@ const stepsPerLayer = 5
 //
 // The overlay is mounted once, at Dir/rootfs/roots/<rootid>, and shared by every
 // run of the language (and by every process using the store); later calls
-// find it in this thread's mount table and only return its path. If a
-// layer is missing, the error wraps ErrNotBuilt and says how to build it.
+// find it in this thread's mount table and only return its path. Its
+// layers may come from shared stores (Shared); its mount point is always
+// under Dir, even when a shared store's server has the same root mounted.
+// If a layer is missing, the error wraps ErrNotBuilt and says how to build
+// it.
 //
-// Preconditions: root, to mount the overlay the first time.
+// Preconditions: root, or root of a user namespace that owns this
+// process's mount namespace (rootless sandcell), to mount the overlay the
+// first time.
 func (s *Store) Root(lang Language) (string, error) {
 	if point, ok := s.cachedRoot(lang); ok {
 		return point, nil
@@ -209,13 +235,31 @@ func sameRecipe(a, b Language) bool {
 
 // stack is a language's resolved layers.
 type stack struct {
-	// layers are hex ids, top first: skeleton, language, ..., base.
-	layers []string
+	// layers are top first: skeleton, language, ..., base.
+	layers []layerRef
 }
 
-// rootID names the overlay of the stack: the hash of its layer ids.
+// layerRef is a built layer: the hex digits of its id and the store (the
+// rootfs directory of Dir or of a shared store) that holds it.
+type layerRef struct {
+	hex   string
+	store string
+}
+
+// id is the layer's id, as in Manifest.ID.
+func (r layerRef) id() string { return "sha256:" + r.hex }
+
+// root is the layer's root directory.
+func (r layerRef) root() string { return filepath.Join(r.store, layersDir, r.hex, "root") }
+
+// rootID names the overlay of the stack: the hash of its layer ids. The
+// same layers from another store make the same root.
 func (st stack) rootID() string {
-	sum := sha256.Sum256([]byte(strings.Join(st.layers, "\n")))
+	ids := make([]string, len(st.layers))
+	for i, l := range st.layers {
+		ids[i] = l.hex
+	}
+	sum := sha256.Sum256([]byte(strings.Join(ids, "\n")))
 	return hex.EncodeToString(sum[:16])
 }
 
@@ -230,15 +274,17 @@ func (s *Store) resolve(lang Language) (stack, error) {
 		return stack{}, err
 	}
 	var lower []string // "sha256:" ids, top first
+	var refs []layerRef
 	for _, spec := range specs {
-		id, ok, err := s.lookupRecipe(spec.recipe(lower).key())
+		ref, ok, err := s.lookupRecipe(spec.recipe(lower).key())
 		if err != nil {
 			return stack{}, fmt.Errorf("%s layer: %w", spec.name, err)
 		}
 		if !ok {
 			return stack{}, notBuilt(lang)
 		}
-		lower = append([]string{id}, lower...)
+		lower = append([]string{ref.id()}, lower...)
+		refs = append([]layerRef{ref}, refs...)
 	}
 	skel, ok, err := s.lookupRecipe(skeletonRecipe().key())
 	if err != nil {
@@ -247,37 +293,126 @@ func (s *Store) resolve(lang Language) (stack, error) {
 	if !ok {
 		return stack{}, notBuilt(lang)
 	}
-	st := stack{layers: []string{hexID(skel)}}
-	for _, id := range lower {
-		st.layers = append(st.layers, hexID(id))
-	}
-	return st, nil
+	return stack{layers: append([]layerRef{skel}, refs...)}, nil
 }
 
-// lookupRecipe returns the id ("sha256:...") of the layer built from the
-// recipe with the given key, and whether there is one.
-func (s *Store) lookupRecipe(key string) (string, bool, error) {
-	dir, err := s.dir()
+// lookupRecipe returns the layer built from the recipe with the given key,
+// and whether there is one: Dir's, else the first shared store's that is
+// usable.
+func (s *Store) lookupRecipe(key string) (layerRef, bool, error) {
+	stores, err := s.stores()
 	if err != nil {
-		return "", false, err
+		return layerRef{}, false, err
 	}
-	target, err := os.Readlink(filepath.Join(dir, recipesDir, key))
+	for i, store := range stores {
+		shared := i > 0
+		ref, ok, err := lookupRecipeIn(store, key, shared)
+		if err != nil && shared {
+			s.warnShared(store, err)
+			continue
+		}
+		if err != nil || ok {
+			return ref, ok, err
+		}
+	}
+	return layerRef{}, false, nil
+}
+
+// lookupRecipeIn looks the recipe key up in one store. In a shared store,
+// which another user may have built or copied by hand, the layer must also
+// have a readable manifest naming it and a root directory this process can
+// read: overlayfs needs both read and search permission on a lower.
+func lookupRecipeIn(store, key string, shared bool) (layerRef, bool, error) {
+	target, err := os.Readlink(filepath.Join(store, recipesDir, key))
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", false, nil
+		return layerRef{}, false, nil
 	}
 	if err != nil {
-		return "", false, err
+		return layerRef{}, false, err
 	}
 	h := filepath.Base(target)
 	if target != "../"+layersDir+"/"+h || !hexRE.MatchString(h) {
-		return "", false, fmt.Errorf("recipe pointer %s: unexpected target %q", key, target)
+		return layerRef{}, false, fmt.Errorf("recipe pointer %s: unexpected target %q", key, target)
 	}
-	if _, err := os.Stat(filepath.Join(dir, layersDir, h, "root")); errors.Is(err, fs.ErrNotExist) {
-		return "", false, nil // pruned or removed by hand
+	ref := layerRef{hex: h, store: store}
+	if _, err := os.Stat(ref.root()); errors.Is(err, fs.ErrNotExist) {
+		return layerRef{}, false, nil // pruned or removed by hand
 	} else if err != nil {
-		return "", false, err
+		return layerRef{}, false, err
 	}
-	return "sha256:" + h, true, nil
+	if shared {
+		if _, err := readManifest(ref); err != nil {
+			return layerRef{}, false, err
+		}
+		if err := unix.Access(ref.root(), unix.R_OK|unix.X_OK); err != nil {
+			return layerRef{}, false, fmt.Errorf("layer %.12s: %w", h, err)
+		}
+	}
+	return ref, true, nil
+}
+
+// findLayer returns the layer with the given hex id: Dir's, else the first
+// shared store's. It does not check a shared layer as lookupRecipe does:
+// callers got the id from a manifest or a recipe.
+func (s *Store) findLayer(h string) (layerRef, error) {
+	stores, err := s.stores()
+	if err != nil {
+		return layerRef{}, err
+	}
+	for i, store := range stores {
+		ref := layerRef{hex: h, store: store}
+		_, err := os.Stat(ref.root())
+		if err == nil {
+			return ref, nil
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if i == 0 {
+			return layerRef{}, err
+		}
+		s.warnShared(store, err)
+	}
+	return layerRef{}, fmt.Errorf("layer %.12s: %w", h, fs.ErrNotExist)
+}
+
+// stores returns the rootfs directories layers are looked up in, absolute:
+// Dir's first, then the shared stores' in order, without repeats.
+func (s *Store) stores() ([]string, error) {
+	dir, err := s.dir()
+	if err != nil {
+		return nil, err
+	}
+	out := []string{dir}
+	for _, home := range s.Shared {
+		if home == "" {
+			continue
+		}
+		abs, err := filepath.Abs(home)
+		if err != nil {
+			return nil, err
+		}
+		if d := filepath.Join(abs, storeDir); !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// warnShared logs, once per store and problem, that a shared store's layer
+// or listing was skipped.
+func (s *Store) warnShared(store string, err error) {
+	key := store + "\x00" + err.Error()
+	s.mu.Lock()
+	if s.warned == nil {
+		s.warned = map[string]bool{}
+	}
+	first := !s.warned[key]
+	s.warned[key] = true
+	s.mu.Unlock()
+	if first {
+		s.log().Warn("skipping unusable layer of a shared store", "store", store, "err", err)
+	}
 }
 
 // rootPoint is where the stack's overlay is mounted, symlinks in Dir
@@ -324,8 +459,8 @@ func (s *Store) mountRoot(lang Language, st stack, point string) error {
 		return err
 	}
 	lowers := make([]string, len(st.layers))
-	for i, h := range st.layers {
-		lowers[i] = s.layerRoot(h)
+	for i, l := range st.layers {
+		lowers[i] = l.root()
 		if real, err := filepath.EvalSymlinks(lowers[i]); err == nil {
 			lowers[i] = real
 		}
@@ -437,7 +572,7 @@ func (s *Store) Manifest(lang Language) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, err
 	}
-	return s.readManifest(st.layers[1])
+	return readManifest(st.layers[1])
 }
 
 // Layers returns the manifests of the language's stack, top first:
@@ -448,39 +583,51 @@ func (s *Store) Layers(lang Language) ([]Manifest, error) {
 		return nil, err
 	}
 	ms := make([]Manifest, len(st.layers))
-	for i, h := range st.layers {
-		if ms[i], err = s.readManifest(h); err != nil {
+	for i, l := range st.layers {
+		if ms[i], err = readManifest(l); err != nil {
 			return nil, err
 		}
 	}
 	return ms, nil
 }
 
-// List returns the manifests of every layer in the store, whether a
-// language uses it or not (Prune removes those none uses), sorted by kind
-// and language.
+// List returns the manifests of every layer in the store and its shared
+// stores (a layer in several, once), whether a language uses it or not
+// (Prune removes from Dir those none uses), sorted by kind and language.
 func (s *Store) List() ([]Manifest, error) {
-	dir, err := s.dir()
-	if err != nil {
-		return nil, err
-	}
-	entries, err := os.ReadDir(filepath.Join(dir, layersDir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	stores, err := s.stores()
 	if err != nil {
 		return nil, err
 	}
 	var ms []Manifest
-	for _, e := range entries {
-		if !hexRE.MatchString(e.Name()) {
+	seen := map[string]bool{}
+	for i, store := range stores {
+		entries, err := os.ReadDir(filepath.Join(store, layersDir))
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		m, err := s.readManifest(e.Name())
+		if err != nil && i > 0 {
+			s.warnShared(store, err)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
-		ms = append(ms, m)
+		for _, e := range entries {
+			if !hexRE.MatchString(e.Name()) || seen[e.Name()] {
+				continue
+			}
+			m, err := readManifest(layerRef{hex: e.Name(), store: store})
+			if err != nil && i > 0 {
+				s.warnShared(store, err)
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			seen[e.Name()] = true
+			ms = append(ms, m)
+		}
 	}
 	order := map[string]int{KindSkeleton: 0, KindBase: 1, KindLanguage: 2}
 	slices.SortFunc(ms, func(a, b Manifest) int {
@@ -495,13 +642,10 @@ func (s *Store) List() ([]Manifest, error) {
 	return ms, nil
 }
 
-// readManifest reads layers/<h>/manifest.json.
-func (s *Store) readManifest(h string) (Manifest, error) {
-	dir, err := s.dir()
-	if err != nil {
-		return Manifest{}, err
-	}
-	data, err := os.ReadFile(filepath.Join(dir, layersDir, h, manifestName))
+// readManifest reads the layer's manifest.json.
+func readManifest(l layerRef) (Manifest, error) {
+	h := l.hex
+	data, err := os.ReadFile(filepath.Join(l.store, layersDir, h, manifestName))
 	if err != nil {
 		return Manifest{}, fmt.Errorf("layer %.12s: %w", h, err)
 	}
@@ -515,8 +659,12 @@ func (s *Store) readManifest(h string) (Manifest, error) {
 	return m, nil
 }
 
-// layerRoot is the root directory of layer h.
+// layerRoot is the root directory of layer h: in Dir, else in the first
+// shared store that has it (see findLayer), else where Dir would hold it.
 func (s *Store) layerRoot(h string) string {
+	if ref, err := s.findLayer(h); err == nil {
+		return ref.root()
+	}
 	dir, _ := s.dir()
 	return filepath.Join(dir, layersDir, h, "root")
 }

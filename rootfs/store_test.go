@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -121,17 +122,17 @@ func TestRecipeKeys(t *testing.T) {
 func TestLayerID(t *testing.T) {
 	r := languageRecipe(mustLookup(t, "python"), []string{"sha256:aa"})
 	pkgs := []Package{{"python3", "3.11.2-1+b1", "amd64"}}
-	id := layerID(r, pkgs)
+	id := layerID(r, pkgs, nil)
 	if !strings.HasPrefix(id, "sha256:") || len(id) != len("sha256:")+64 {
 		t.Fatalf("layerID = %q", id)
 	}
-	if layerID(r, slices.Clone(pkgs)) != id {
+	if layerID(r, slices.Clone(pkgs), nil) != id {
 		t.Error("layerID is not deterministic")
 	}
-	if layerID(r, []Package{{"python3", "3.11.2-1+b2", "amd64"}}) == id {
+	if layerID(r, []Package{{"python3", "3.11.2-1+b2", "amd64"}}, nil) == id {
 		t.Error("layerID ignores the package version")
 	}
-	if layerID(languageRecipe(mustLookup(t, "python"), []string{"sha256:bb"}), pkgs) == id {
+	if layerID(languageRecipe(mustLookup(t, "python"), []string{"sha256:bb"}), pkgs, nil) == id {
 		t.Error("layerID ignores the recipe")
 	}
 }
@@ -148,6 +149,58 @@ func TestParsePackages(t *testing.T) {
 		if _, err := parsePackages([]byte(bad)); err == nil {
 			t.Errorf("parsePackages(%q) = nil error", bad)
 		}
+	}
+}
+
+func TestParseOwners(t *testing.T) {
+	// tar -t -v --numeric-owner --quoting-style=c of base-files and friends.
+	data := `drwxr-xr-x 0/0               0 2023-03-12 12:00 "./"
+drwxrwsr-x 0/50              0 2023-03-12 12:00 "./var/local/"
+drwxrwsr-x 0/8               0 2023-03-12 12:00 "./var/mail/"
+-rwxr-sr-x 0/5           35048 2023-03-12 12:00 "./usr/bin/wall"
+lrwxrwxrwx 0/0               0 2023-03-12 12:00 "./usr/bin/x" -> "wall"
+lrwxrwxrwx 0/5               0 2023-03-12 12:00 "./usr/bin/a b" -> "c \"d\""
+hrw-r--r-- 1/1               0 2023-03-12 12:00 "./caf\303\251" link to "./other"
+drwxr-xr-x 0/0               0 2023-03-12 12:00 "./etc/"
+`
+	got, err := parseOwners([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"var/local": "0:50", "var/mail": "0:8", "usr/bin/wall": "0:5", "usr/bin/a b": "0:5", "caf\u00e9": "1:1"}
+	if !maps.Equal(got, want) {
+		t.Errorf("parseOwners = %q, want %q", got, want)
+	}
+	for _, bad := range []string{"drwxr-xr-x 0/50 0 2023-03-12 12:00 ./unquoted/\n", "garbage\n", "-rw-r--r-- 0/5 0 2023-03-12 12:00 \"./open\n"} {
+		if _, err := parseOwners([]byte(bad)); err == nil {
+			t.Errorf("parseOwners(%q) = nil error", bad)
+		}
+	}
+}
+
+func TestSquashedOwners(t *testing.T) {
+	dir := t.TempDir()
+	mkdirs(t, dir, "var/local", "usr/bin")
+	symlink(t, "usr/bin", filepath.Join(dir, "bin"))
+	got, err := squashedOwners(dir, map[string]string{
+		"var/local":    "0:50", // kept in the layer
+		"var/mail":     "0:8",  // trimmed, removed or in a lower layer
+		"bin/wall":     "0:5",  // below a symlink: not in the layer as such
+		"usr/bin/wall": "0:5",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/var/local 0:50"}; !slices.Equal(got, want) {
+		t.Errorf("squashedOwners = %q, want %q", got, want)
+	}
+	if got, err := squashedOwners(dir, nil); got != nil || err != nil {
+		t.Errorf("squashedOwners without owners = %q, %v", got, err)
+	}
+	r := languageRecipe(mustLookup(t, "bash"), nil)
+	pkgs := []Package{{"bash", "5.2.15-2+b2", "amd64"}}
+	if layerID(r, pkgs, []string{"/var/local 0:50"}) == layerID(r, pkgs, nil) {
+		t.Error("a layer whose owners were squashed has the root-built layer's id")
 	}
 }
 
@@ -239,6 +292,9 @@ func TestSubtract(t *testing.T) {
 	if _, _, err := subtract(upper, []string{mid, bottom}); err != nil {
 		t.Fatal(err)
 	}
+	if os.Geteuid() == 0 {
+		checkSubtractOwners(t)
+	}
 	for name, want := range map[string]bool{
 		"lib": true, "lib/libc.so": false, "lib/libm.so": false,
 		"etc/conf": true, "usr/bin/tool": false, "usr/bin/new": true, "usr/bin/alias": false, "usr/bin/alias2": true,
@@ -268,7 +324,8 @@ func TestTreeHash(t *testing.T) {
 		return h
 	}
 	h0 := hash()
-	if !strings.HasPrefix(h0.Digest, "sha256:") || h0.Entries != 5 || h0.Bytes != int64(len("data")+len("more data")) {
+	if !strings.HasPrefix(h0.Digest, "sha256:") || !strings.HasPrefix(h0.Content, "sha256:") || h0.Content == h0.Digest ||
+		h0.Entries != 5 || h0.Bytes != int64(len("data")+len("more data")) {
 		t.Fatalf("hashTree = %+v", h0)
 	}
 	// Timestamps do not count.
@@ -307,14 +364,46 @@ func TestTreeHash(t *testing.T) {
 		if err := c.do(); err != nil {
 			t.Fatal(err)
 		}
-		if hash().Digest == h0.Digest {
+		h := hash()
+		if h.Digest == h0.Digest {
 			t.Errorf("hash unchanged after changing the %s", c.name)
+		}
+		// Content leaves out the owners, and only them.
+		if (h.Content == h0.Content) != (c.name == "owner") {
+			t.Errorf("after changing the %s: content digest %s, was %s", c.name, h.Content, h0.Content)
 		}
 		if err := c.undo(); err != nil {
 			t.Fatal(err)
 		}
 		if hash().Digest != h0.Digest {
 			t.Errorf("hash differs after undoing the %s change", c.name)
+		}
+	}
+}
+
+func TestHashTreeUnmapped(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"mine": "x", "nobody's": "y"})
+	// In rootless sandcell's namespace, host root's files show as 65534.
+	if err := os.Lchown(filepath.Join(dir, "nobody's"), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	rootless := userNS{uids: []idRange{{0, 1001, 1}}, gids: []idRange{{0, 1001, 1}}, overflowUID: 65534, overflowGID: 65534}
+	for _, c := range []struct {
+		name string
+		ns   userNS
+		want int64
+	}{{"host", currentNS(), 0}, {"rootless", rootless, 1}} {
+		if c.name == "host" && !c.ns.initial() {
+			continue
+		}
+		th, n, err := hashTreeIn(t.Context(), dir, c.ns)
+		if err != nil || n != c.want {
+			t.Errorf("%s: %d entries with unmapped owners, %v; want %d", c.name, n, err, c.want)
+		}
+		if h, _ := hashTree(t.Context(), dir); th != h {
+			t.Errorf("%s: the namespace changed the digests", c.name)
 		}
 	}
 }
@@ -685,6 +774,32 @@ func TestChainInheritsTrim(t *testing.T) {
 	for _, p := range mustLookup(t, "c").Trim {
 		if !slices.Contains(cpp.Trim, p) {
 			t.Errorf("cpp's layer is not trimmed of %s like c's", p)
+		}
+	}
+}
+
+// checkSubtractOwners: a lower's entry whose owner differs is kept, unless
+// the namespace does not map the lower's owner (rootless, on a shared
+// root-built store).
+func checkSubtractOwners(t *testing.T) {
+	t.Helper()
+	rootless := userNS{uids: []idRange{{0, 1001, 1}}, gids: []idRange{{0, 1001, 1}}, overflowUID: 65534, overflowGID: 65534}
+	for _, c := range []struct {
+		name string
+		ns   userNS
+		kept bool
+	}{{"host", userNS{uids: []idRange{{0, 0, 1<<32 - 1}}, gids: []idRange{{0, 0, 1<<32 - 1}}}, true}, {"rootless", rootless, false}} {
+		top := t.TempDir()
+		writeFiles(t, top, map[string]string{"lower/f": "same", "upper/f": "same"})
+		if err := os.Lchown(filepath.Join(top, "lower/f"), 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := subtractIn(filepath.Join(top, "upper"), []string{filepath.Join(top, "lower")}, c.ns); err != nil {
+			t.Fatal(err)
+		}
+		_, err := os.Lstat(filepath.Join(top, "upper/f"))
+		if kept := err == nil; kept != c.kept {
+			t.Errorf("%s: a file owned by 65534 below an identical root-owned one: kept %v, want %v", c.name, kept, c.kept)
 		}
 	}
 }

@@ -19,7 +19,8 @@ import (
 // It follows overlayfs's lookup: a path is looked up in the lowers top
 // first; directories merge, the first non-directory hides everything below
 // it. An entry is identical when its type, permission bits and owner match
-// and, for a file, its contents, for a symlink, its target. A directory is
+// (see sameMeta for owners this user namespace does not map) and, for a
+// file, its contents, for a symlink, its target. A directory is
 // removed when everything in it was removed and the lowers have the same
 // directory. An entry whose type differs from the lowers' (a file where
 // they have a directory) is kept, with everything under it: the upper one
@@ -29,18 +30,24 @@ import (
 // in them goes through directories already seen to be real directories, so
 // no symlink in a lower is followed.
 func subtract(dir string, lowers []string) (removed, kept int, err error) {
+	return subtractIn(dir, lowers, currentNS())
+}
+
+// subtractIn is subtract in the user namespace ns (see sameMeta).
+func subtractIn(dir string, lowers []string, ns userNS) (removed, kept int, err error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer root.Close()
-	d := &differ{root: root, buf1: make([]byte, 128<<10), buf2: make([]byte, 128<<10)}
+	d := &differ{root: root, ns: ns, buf1: make([]byte, 128<<10), buf2: make([]byte, 128<<10)}
 	_, err = d.dir(".", lowers)
 	return d.removed, d.kept, err
 }
 
 type differ struct {
 	root          *os.Root
+	ns            userNS
 	buf1, buf2    []byte
 	removed, kept int
 }
@@ -97,8 +104,8 @@ func (d *differ) dir(name string, lowerDirs []string) (empty bool, err error) {
 			if err != nil {
 				return false, err
 			}
-			remove = childEmpty && top != nil && top.IsDir() && sameMeta(fi, top)
-		} else if top != nil && sameMeta(fi, top) {
+			remove = childEmpty && top != nil && top.IsDir() && d.sameMeta(fi, top)
+		} else if top != nil && d.sameMeta(fi, top) {
 			remove, err = d.sameContent(child, fi, topPath)
 			if err != nil {
 				return false, err
@@ -117,15 +124,27 @@ func (d *differ) dir(name string, lowerDirs []string) (empty bool, err error) {
 	return empty, nil
 }
 
-// sameMeta reports whether two entries have the same type, permission bits
-// and owner.
-func sameMeta(a, b fs.FileInfo) bool {
+// sameMeta reports whether the tree's entry a and the lower entry b have
+// the same type, permission bits and owner.
+//
+// A lower's owner that this user namespace does not map matches any owner:
+// building rootless on a shared root-built store, the lowers' files look
+// owned by nobody and the new tree's by root (the namespace's one id), and
+// comparing them would keep in the new layer every file its packages share
+// with the layers below (libc, for one). Their true owner is almost always
+// root too; where it is not, the stacked root shows the lower's owner
+// instead of the package's, and nothing else differs.
+func (d *differ) sameMeta(a, b fs.FileInfo) bool {
 	if a.Mode() != b.Mode() {
 		return false
 	}
 	sa, ok1 := a.Sys().(*syscall.Stat_t)
 	sb, ok2 := b.Sys().(*syscall.Stat_t)
-	return ok1 && ok2 && sa.Uid == sb.Uid && sa.Gid == sb.Gid
+	if !ok1 || !ok2 {
+		return false
+	}
+	ns := d.ns
+	return (sa.Uid == sb.Uid || ns.unmappedUID(sb.Uid)) && (sa.Gid == sb.Gid || ns.unmappedGID(sb.Gid))
 }
 
 // sameContent compares the tree's non-directory name (fi) with the lower

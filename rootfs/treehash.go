@@ -27,9 +27,19 @@ import (
 // where type is d (directory), f (regular file, payload "<sha256> <size>"),
 // l (symlink, payload the quoted target) or o (anything else, payload the
 // file type), and path is "." for the root.
+//
+// Owners are the ids stat(2) shows to the hashing process, so a tree
+// hashes differently in a user namespace, which shows other ids: in
+// rootless sandcell's (one id, the user's own, mapped to root), the user's
+// files are owned by root and host root's by nobody. Content is the same
+// digest without the owners, for checking from such a namespace a layer
+// whose owners it cannot see.
 type TreeHash struct {
 	// Digest is "sha256:" and 64 hex digits.
 	Digest string `json:"digest"`
+	// Content is Digest's lines without the "<uid>:<gid> " field. Layers
+	// built before it was recorded lack it.
+	Content string `json:"content,omitempty"`
 	// Bytes is the total size of the regular files (hard links counted
 	// once).
 	Bytes int64 `json:"bytes"`
@@ -40,17 +50,25 @@ type TreeHash struct {
 // hashTree computes dir's TreeHash. It reads through an os.Root, so no
 // symlink in the tree leads it outside.
 func hashTree(ctx context.Context, dir string) (TreeHash, error) {
+	th, _, err := hashTreeIn(ctx, dir, currentNS())
+	return th, err
+}
+
+// hashTreeIn is hashTree in the user namespace ns. unmapped counts the
+// entries whose owner (user or group) ns does not map: their Digest line
+// holds the overflow id, not the true owner.
+func hashTreeIn(ctx context.Context, dir string, ns userNS) (th TreeHash, unmapped int64, err error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return TreeHash{}, err
+		return TreeHash{}, 0, err
 	}
 	defer root.Close()
 	var (
-		th   TreeHash
-		sum  = sha256.New()
-		file = sha256.New()
-		buf  = make([]byte, 256<<10)
-		seen = map[uint64]bool{}
+		sum     = sha256.New()
+		content = sha256.New()
+		file    = sha256.New()
+		buf     = make([]byte, 256<<10)
+		seen    = map[uint64]bool{}
 	)
 	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -108,12 +126,19 @@ func hashTree(ctx context.Context, dir string) (TreeHash, error) {
 			kind, payload = "o", m.Type().String()
 		}
 		th.Entries++
-		_, err = fmt.Fprintf(sum, "%s %s %o %d:%d %s\n", kind, strconv.Quote(name), perm, uid, gid, payload)
+		if ns.unmappedUID(uid) || ns.unmappedGID(gid) {
+			unmapped++
+		}
+		if _, err := fmt.Fprintf(sum, "%s %s %o %d:%d %s\n", kind, strconv.Quote(name), perm, uid, gid, payload); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(content, "%s %s %o %s\n", kind, strconv.Quote(name), perm, payload)
 		return err
 	})
 	if err != nil {
-		return TreeHash{}, err
+		return TreeHash{}, 0, err
 	}
 	th.Digest = "sha256:" + hex.EncodeToString(sum.Sum(nil))
-	return th, nil
+	th.Content = "sha256:" + hex.EncodeToString(content.Sum(nil))
+	return th, unmapped, nil
 }

@@ -24,6 +24,7 @@ commands:
   doctor     check what this host supports and how to fix what is missing
   bench      measure sandbox start-up against the bare process and the runc CLI
   languages  list the languages and whether their layers are built
+  setup      as root: delegate a cgroup subtree to a user (rootless with every limit)
 
 Run 'sandcell <command> -h' for the command's flags.
 `
@@ -50,11 +51,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		"doctor":    cmdDoctor,
 		"bench":     cmdBench,
 		"languages": cmdLanguages,
+		"setup":     cmdSetup,
 	}
 	global := flag.NewFlagSet("sandcell", flag.ContinueOnError)
 	global.SetOutput(stderr)
 	global.Usage = func() { fmt.Fprint(stderr, usage) }
 	cfg := DefaultConfig()
+	if uid, _, ok := rootlessIDs(); ok {
+		rootlessDefaults(&cfg, uid)
+	}
 	cfg.addFlags(global)
 	logLevel := global.String("log-level", "warn", "log level on stderr: debug, info, warn, error")
 	if err := global.Parse(args); err != nil {

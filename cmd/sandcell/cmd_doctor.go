@@ -72,12 +72,20 @@ func cmdDoctor(ctx context.Context, env *cliEnv, args []string) int {
 
 func doctorChecks(ctx context.Context, cfg Config) []check {
 	var cs []check
-	root := os.Geteuid() == 0
-	cs = append(cs, check{Name: "privileges", Required: true, OK: root,
-		Detail: fmt.Sprintf("euid %d", os.Geteuid()), Fix: "run sandcell as root (rootless mode is not built yet)"})
-
 	mode := limits.DetectMode()
-	cg := check{Name: "cgroups", Required: true, OK: mode != limits.Unavailable, Detail: "mode " + mode.String()}
+	uid, _, rootless := rootlessIDs()
+	tc := check{Name: "tier", Required: true, OK: true, Detail: tierText(limits.TierRoot)}
+	if rootless {
+		d := limits.DetectDelegation(limits.DelegatedConfig{UID: uid, User: userName(uid), Mode: mode})
+		tc.Detail = tierText(d.Tier) + "; " + d.String()
+		if d.Tier != limits.TierDelegated {
+			// A warning: runs work, with fewer limits.
+			tc.OK, tc.Required, tc.Fix = false, false, d.Fix
+		}
+	}
+	cs = append(cs, tc)
+
+	cg := check{Name: "cgroups", Required: !rootless, OK: mode != limits.Unavailable, Detail: "mode " + mode.String()}
 	switch mode {
 	case limits.Unified:
 		cg.Detail += " (cgroup v2)"
@@ -126,7 +134,7 @@ func doctorChecks(ctx context.Context, cfg Config) []check {
 	}
 	cs = append(cs, mm)
 
-	store := &rootfs.Store{Dir: cfg.LayerDir}
+	store := &rootfs.Store{Dir: cfg.LayerDir, Shared: cfg.SharedLayerDirs}
 	for _, l := range rootfs.Languages() {
 		c := check{Name: "layer " + l.Name, Required: false, OK: true, Detail: "built in " + cfg.LayerDir}
 		if built, err := store.Built(l); err != nil || !built {

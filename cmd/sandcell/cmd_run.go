@@ -43,6 +43,8 @@ func cmdRun(ctx context.Context, env *cliEnv, args []string) int {
 	fs.Float64Var(&req.CPUs, "cpus", 0, "CPU quota in CPUs, e.g. 0.5 (default 1)")
 	sizeFlag(fs, &req.OutputBytes, "output-limit", "cap per output stream, e.g. 1MiB (default 1MiB)")
 	sizeFlag(fs, &req.TmpfsBytes, "tmpfs", "size of /tmp and /work each (default 64MiB)")
+	sizeFlag(fs, &req.FileBytes, "file-size", "largest file the program may write, e.g. 16MiB")
+	fs.Uint64Var(&req.OpenFiles, "open-files", 0, "open file descriptors per process")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -71,8 +71,9 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) int {
 		return env.fail(err)
 	}
 	defer a.Close()
+	uid, gid := a.rt.SandboxIDs()
 	ws, err := workspace.Open(env.cfg.sessionsDir(), workspace.Options{
-		UID: int(env.cfg.UIDBase) + oci.SandboxUID, GID: int(env.cfg.UIDBase) + oci.SandboxGID,
+		UID: int(uid), GID: int(gid),
 		Quota: env.cfg.SessionQuota, TTL: env.cfg.SessionTTL, Logger: env.log,
 	})
 	if err != nil {
@@ -235,5 +236,6 @@ func toMCPPhase(r oci.Result) mcp.PhaseResult {
 		StdoutTruncated: r.StdoutTruncated,
 		StderrTruncated: r.StderrTruncated,
 		Message:         r.Message,
+		LimitsEnforced:  r.LimitsEnforced,
 	}
 }

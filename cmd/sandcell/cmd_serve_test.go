@@ -12,7 +12,8 @@ import (
 // oci.Result's: the field names are sandcell's interface.
 func TestResultFieldsMatch(t *testing.T) {
 	phase := oci.Result{Stdout: "o", Stderr: "e", ExitCode: 3, Signal: "SIGKILL", Status: oci.StatusTimeout, ExecutionTimeMS: 1,
-		CPUTimeMS: 2, MemoryPeakBytes: 4, StdoutTruncated: true, StderrTruncated: true, Message: "m"}
+		CPUTimeMS: 2, MemoryPeakBytes: 4, StdoutTruncated: true, StderrTruncated: true, Message: "m",
+		LimitsEnforced: map[string]string{"memory": "cgroup"}}
 	r := phase
 	r.Compile, r.CompileFailed = &phase, true
 	a, _ := json.Marshal(r)

@@ -57,6 +57,10 @@ type Config struct {
 	// Ceilings bound what a run may ask for.
 	Defaults limits.Set
 	Ceilings limits.Set
+	// SharedLayerDirs are other sandcell homes whose built layers are used
+	// read-only (a rootless server uses the root-built /var/lib/sandcell).
+	SharedLayerDirs []string
+	sharedSet       bool // --shared-home replaces the default list
 	// SessionsDir holds the sessions' persistent workspaces (default
 	// LayerDir/sessions: on disk, so that they survive restarts).
 	SessionsDir string
@@ -110,6 +114,16 @@ func (c *Config) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Runsc, "runsc", c.Runsc, "runsc binary for --isolation gvisor (default: from PATH)")
 	fs.StringVar(&c.RunscPlatform, "runsc-platform", c.RunscPlatform, "gVisor platform (default: systrap if offered, else ptrace)")
 	fs.BoolVar(&c.RunscAllowKVM, "runsc-allow-kvm", c.RunscAllowKVM, "allow --runsc-platform kvm (it hangs on hosts that cannot run it)")
+	fs.Func("shared-home", "another sandcell home whose built layers are used read-only (repeatable; a rootless server uses /var/lib/sandcell)", func(v string) error {
+		if !filepath.IsAbs(v) {
+			return fmt.Errorf("%q is not an absolute path", v)
+		}
+		if !c.sharedSet {
+			c.SharedLayerDirs, c.sharedSet = nil, true
+		}
+		c.SharedLayerDirs = append(c.SharedLayerDirs, v)
+		return nil
+	})
 	fs.StringVar(&c.SessionsDir, "sessions-dir", c.SessionsDir, "sessions' persistent workspaces (default <home>/sessions)")
 	fs.DurationVar(&c.SessionTTL, "session-ttl", c.SessionTTL, "idle time after which a session and its files are removed")
 	fs.Func("session-quota", "the most a session's /work may hold (e.g. 256MiB)", func(v string) error {
@@ -134,7 +148,9 @@ func (c *Config) Validate() error {
 	if !filepath.IsAbs(c.StateDir) || !filepath.IsAbs(c.LayerDir) {
 		return errors.New("--state-dir and --layer-dir must be absolute paths")
 	}
-	if c.UIDBase == 0 || c.UIDBase > 1<<32-1-65536 {
+	if _, _, rootless := rootlessIDs(); rootless {
+		c.UIDBase = 0 // the namespace has one id: the user's
+	} else if c.UIDBase == 0 || c.UIDBase > 1<<32-1-65536 {
 		return fmt.Errorf("--uid-base %d: must be between 1 and %d", c.UIDBase, uint64(1<<32-1-65536))
 	}
 	if c.SessionsDir != "" && !filepath.IsAbs(c.SessionsDir) {
@@ -169,6 +185,8 @@ type app struct {
 	parent *limits.Parent
 	filter *specs.LinuxSeccomp
 	rt     *oci.Libcontainer
+	// tier is how much of the limits the host lets sandcell enforce.
+	tier limits.Tier
 	// The gVisor backend is made on first use (probing runsc costs tens
 	// of milliseconds that runc runs should not pay).
 	gvOnce sync.Once
@@ -182,30 +200,44 @@ func openApp(cfg Config, log *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	if os.Geteuid() != 0 {
-		return nil, errors.New("sandcell needs root for now (rootless mode is not built yet); run it with sudo")
+		// main re-executes an unprivileged sandcell into its user
+		// namespace (rootless.go) before any command runs.
+		return nil, errors.New("sandcell must run as root or in its rootless user namespace")
+	}
+	uid, _, rootless := rootlessIDs()
+	if rootless {
+		if err := ownStateDir(cfg.StateDir); err != nil {
+			return nil, err
+		}
 	}
 	filter, err := seccomp.Profile()
 	if err != nil {
 		return nil, err
 	}
-	a := &app{cfg: cfg, log: log, filter: filter, store: &rootfs.Store{Dir: cfg.LayerDir, Logger: log}}
+	a := &app{cfg: cfg, log: log, filter: filter, store: &rootfs.Store{Dir: cfg.LayerDir, Shared: cfg.SharedLayerDirs, Logger: log}}
 	mode := limits.DetectMode()
-	if mode == limits.Unavailable {
+	if mode == limits.Unavailable && !rootless {
 		return nil, fmt.Errorf("%w: no cgroup filesystem under /sys/fs/cgroup", limits.ErrNoCgroup)
 	}
 	maxMem := cfg.MaxMemory
 	if maxMem == 0 {
 		maxMem = hostMemory() / 2
 	}
-	a.parent, err = limits.EnsureParent(limits.ParentConfig{Path: cfg.CgroupParent, MemoryBytes: maxMem, Pids: cfg.MaxPids, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("cgroup parent %s: %w", cfg.CgroupParent, err)
+	if rootless {
+		a.parent, a.tier = openDelegated(uid, mode, log)
+	} else {
+		a.parent, err = limits.EnsureParent(limits.ParentConfig{Path: cfg.CgroupParent, MemoryBytes: maxMem, Pids: cfg.MaxPids, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("cgroup parent %s: %w", cfg.CgroupParent, err)
+		}
+		a.tier = limits.TierRoot
 	}
 	a.rt, err = oci.NewLibcontainer(oci.LibcontainerConfig{
 		StateDir:   cfg.StateDir,
 		UIDBase:    uint32(cfg.UIDBase),
 		Seccomp:    filter,
 		Cgroups:    a.parent,
+		SingleID:   rootless,
 		CgroupMode: mode,
 		Logger:     log,
 	})

@@ -29,6 +29,11 @@ func init() {
 }
 
 func main() {
+	// An unprivileged sandcell runs in its own user namespace
+	// (rootless.go): this process only waits for that one.
+	if code, done := enterUserNS(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); done {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

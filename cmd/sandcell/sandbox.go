@@ -114,6 +114,9 @@ func (w *sessionWork) Save(dir string) error {
 		// FIFOs, sockets and device nodes are not kept between runs.
 		w.log.Info("entries of /work not saved to the session", "session", w.sess.Meta().ID, "skipped", skipped)
 	}
+	if errors.Is(err, workspace.ErrQuota) || errors.Is(err, workspace.ErrInvalid) {
+		return fmt.Errorf("%w: %w", oci.ErrWorkRefused, err)
+	}
 	if err != nil {
 		return err
 	}
