@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -212,6 +213,10 @@ func runSchema[T any](o ExecuteToolOptions) *jsonschema.Schema {
 	if s := p["files"]; s != nil {
 		s.MaxItems = Ptr(1000)
 		s.Items.Properties["encoding"].Enum = []any{"utf8", "base64"}
+		s.Items.Properties["path"].Pattern = nulFree
+	}
+	if s := p["path"]; s != nil {
+		s.Pattern = nulFree
 	}
 	if s := p["args"]; s != nil {
 		s.MaxItems = Ptr(4096)
@@ -314,8 +319,8 @@ func runTool(ctx context.Context, s *Server, exec Executor, req *CallToolRequest
 	}
 	er.Env = ro.Env
 	er.Isolation = ro.Isolation
-	er.Limits.Timeout = time.Duration(ro.TimeoutMS) * time.Millisecond
-	er.Limits.MemoryBytes = ro.MemoryMB << 20
+	er.Limits.Timeout = time.Duration(mulSat(ro.TimeoutMS, int64(time.Millisecond)))
+	er.Limits.MemoryBytes = mulSat(ro.MemoryMB, 1<<20)
 	live := startLiveOutput(req, o.ProgressEvery)
 	if live != nil {
 		er.Output = live.add
@@ -412,6 +417,19 @@ func fence(b *strings.Builder, name, tag, text string) {
 	}
 	fmt.Fprintf(b, "[end of %s %s]\n", name, tag)
 }
+
+// mulSat is n*unit for n >= 0, or math.MaxInt64 when that does not fit
+// (the executor then clamps it to its ceiling).
+func mulSat(n, unit int64) int64 {
+	if n > math.MaxInt64/unit {
+		return math.MaxInt64
+	}
+	return n * unit
+}
+
+// nulFree is the pattern of every path argument: a NUL byte cannot be in
+// a file name, and it must not reach the Sandbox.
+const nulFree = "^[^\\x00]*$"
 
 // BusyError refuses a run when the server's runs and queue are full.
 type BusyError struct {
