@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"time"
 )
 
 // handlerFunc handles one request method. params is nil or a JSON object.
@@ -220,7 +221,13 @@ func (ss *Session) handleRequest(m *message, r replier) {
 	select {
 	case ss.slots <- struct{}{}:
 	default:
-		ex.finish(nil, errorf(CodeInternalError, "too many requests in flight in this session (at most %d): wait for one to finish", cap(ss.slots)))
+		if m.Method == "tools/call" {
+			// The same answer as a full run gate: a result the model can
+			// act on, with a delay.
+			ex.finish(errorResult("%s", (&BusyError{RetryAfter: time.Second, Running: cap(ss.slots)}).Error()), nil)
+		} else {
+			ex.finish(nil, errorf(CodeInternalError, "too many requests in flight in this session (at most %d): wait for one to finish", cap(ss.slots)))
+		}
 		ss.mu.Lock()
 		delete(ss.inflight, m.ID)
 		ss.mu.Unlock()

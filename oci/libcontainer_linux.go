@@ -209,9 +209,13 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 		// by Parent and Name, not by an explicit Path.
 		config.Cgroups.Path, config.Cgroups.Parent, config.Cgroups.Name = "", p.Path(), id
 	}
-	// If sandcell dies, the program dies with it (the start-up Recover
-	// removes the rest).
-	config.ParentDeathSignal = int(unix.SIGKILL)
+	// No ParentDeathSignal: it is tied to the OS thread that starts the
+	// container's helper (golang/go#27505), and libcontainer ends that
+	// thread on purpose after each start, so a concurrent start's helper
+	// was killed now and then (1 run in 100 under load: internal_error).
+	// It never reached the program anyway (runc's init clears it with
+	// clone). A killed server's sandboxes are removed by the next start's
+	// Recover.
 	rlimits, err := toRlimits(spec.Process.Rlimits)
 	if err != nil {
 		return nil, err

@@ -17,8 +17,8 @@ import (
 )
 
 // Recover removes what dead instances left behind: a server killed with -9
-// leaves containers (their processes die with it through the parent-death
-// signal, but not always their cgroups), /work tmpfs mounts, libcontainer
+// leaves containers (their programs keep running until this: nothing kills
+// them when the server dies), /work tmpfs mounts, libcontainer
 // state directories and cgroups. An instance is dead when nobody holds the
 // flock on its lock file; live instances (other sandcell servers on the
 // same host) are left alone. It returns the names of the removed containers.

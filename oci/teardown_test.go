@@ -233,7 +233,7 @@ func TestCrashRecovery(t *testing.T) {
 	if !found {
 		t.Errorf("recover removed %v, want it to include %s", removed, id)
 	}
-	// Processes die with the server (parent-death signal) or by Recover.
+	// The dead server's processes are killed by Recover.
 	deadline := time.Now().Add(3 * time.Second)
 	for len(sandboxProcesses(t)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)

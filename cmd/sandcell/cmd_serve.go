@@ -123,7 +123,7 @@ func cmdServe(ctx context.Context, env *cliEnv, args []string) int {
 		h := mcp.NewHTTPHandler(srv, &mcp.HTTPOptions{AllowedOrigins: origins, AnyHost: !loopback, AuthToken: token})
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", h)
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		env.log.Info("serving MCP on HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
 		wg.Add(1)
 		go func() {
