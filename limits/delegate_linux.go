@@ -127,25 +127,31 @@ type DelegateResult struct {
 	Instructions string
 }
 
+// subtreeDefaults fills in the defaults that Delegate and OpenDelegated
+// share, and checks the path.
+func subtreeDefaults(uid int, path, root *string, mode *Mode, log **slog.Logger, user *string) error {
+	if *path == "" {
+		*path = DelegatePath(uid)
+	}
+	if *root == "" {
+		*root = DefaultRoot
+	}
+	*root = filepath.Clean(*root)
+	if *mode == 0 {
+		*mode = DetectMode()
+	}
+	if *log == nil {
+		*log = slog.New(slog.DiscardHandler)
+	}
+	*user = userName(uid, *user)
+	return checkPath(*path)
+}
+
 func (cfg *DelegateConfig) setDefaults() error {
 	if cfg.UID <= 0 || cfg.GID < 0 {
 		return fmt.Errorf("%w: delegate to uid %d gid %d: want a user other than root", ErrInvalid, cfg.UID, cfg.GID)
 	}
-	if cfg.Path == "" {
-		cfg.Path = DelegatePath(cfg.UID)
-	}
-	if cfg.Root == "" {
-		cfg.Root = DefaultRoot
-	}
-	cfg.Root = filepath.Clean(cfg.Root)
-	if cfg.Mode == 0 {
-		cfg.Mode = DetectMode()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	cfg.User = userName(cfg.UID, cfg.User)
-	return checkPath(cfg.Path)
+	return subtreeDefaults(cfg.UID, &cfg.Path, &cfg.Root, &cfg.Mode, &cfg.Logger, &cfg.User)
 }
 
 // checkPath refuses a cgroup path that is not clean, absolute and below the root.
@@ -397,21 +403,7 @@ type DelegatedConfig struct {
 }
 
 func (cfg *DelegatedConfig) setDefaults() error {
-	if cfg.Path == "" {
-		cfg.Path = DelegatePath(cfg.UID)
-	}
-	if cfg.Root == "" {
-		cfg.Root = DefaultRoot
-	}
-	cfg.Root = filepath.Clean(cfg.Root)
-	if cfg.Mode == 0 {
-		cfg.Mode = DetectMode()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	cfg.User = userName(cfg.UID, cfg.User)
-	return checkPath(cfg.Path)
+	return subtreeDefaults(cfg.UID, &cfg.Path, &cfg.Root, &cfg.Mode, &cfg.Logger, &cfg.User)
 }
 
 // delegOps are the host facts and side effects of delegation that unit tests replace to run on
