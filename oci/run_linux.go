@@ -301,7 +301,10 @@ func makeWork(runDir string, req *Request, uid, gid uint32) (string, error) {
 	if err := os.Mkdir(work, 0o700); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrRuntime, err)
 	}
-	opts := fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", req.workBytes(), uid, gid)
+	// /work holds a session's files: as many inodes as a session may
+	// hold entries (internal/workspace allows 100000), or the cap of
+	// every run tmpfs if that is more.
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d", req.workBytes(), max(tmpfsInodeCap(req.workBytes()), 131072), uid, gid)
 	if err := unix.Mount("tmpfs", work, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return "", fmt.Errorf("%w: mount /work tmpfs: %w", ErrRuntime, err)
 	}

@@ -215,6 +215,7 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 	if err != nil {
 		return nil, err
 	}
+	withoutInodeCaps(spec)
 	bundle := filepath.Join(run.runDir, "bundle")
 	if err := WriteBundle(bundle, spec); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
@@ -538,4 +539,18 @@ func lastLine(s string) string {
 		s = s[i+1:]
 	}
 	return truncate(s, 300)
+}
+
+// withoutInodeCaps drops nr_inodes from the spec's tmpfs mounts: gVisor's
+// own tmpfs refuses options it does not know, and its files live in the
+// sandbox's memory, freed with it, not by a dying process on the host.
+func withoutInodeCaps(spec *specs.Spec) {
+	for i, m := range spec.Mounts {
+		if m.Type != "tmpfs" {
+			continue
+		}
+		spec.Mounts[i].Options = slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool {
+			return strings.HasPrefix(o, "nr_inodes=")
+		})
+	}
 }

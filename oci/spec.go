@@ -103,6 +103,7 @@ func Spec(req *Request, h Host) (*specs.Spec, error) {
 	env := make([]string, 0, len(baseEnv)+len(req.Env))
 	env = append(append(env, baseEnv...), req.Env...)
 	tmpfsSize := "size=" + strconv.FormatInt(l.TmpfsBytes, 10)
+	tmpfsInodes := "nr_inodes=" + strconv.FormatInt(tmpfsInodeCap(l.TmpfsBytes), 10)
 	yes := true
 	mapSize, user := uint32(idMapSize), specs.User{UID: SandboxUID, GID: SandboxGID}
 	if h.SingleID {
@@ -128,9 +129,9 @@ func Spec(req *Request, h Host) (*specs.Spec, error) {
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", tmpfsSize}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", tmpfsSize, tmpfsInodes}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmpfsSize}},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmpfsSize, tmpfsInodes}},
 			{Destination: workDir, Type: "bind", Source: h.WorkDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		},
 		Linux: &specs.Linux{
@@ -211,4 +212,13 @@ func Enforced(cgroups bool) map[string]string {
 		m["pids"] = "RLIMIT_NPROC (processes of the sandbox)"
 	}
 	return m
+}
+
+// tmpfsInodeCap bounds the files of a run's tmpfs: one per 4 KiB of its
+// size, at least 8192. Without it a program can fill /tmp with hundreds
+// of thousands of empty files (they cost no size), which the kernel then
+// frees inside the dying process, slowly enough (1.7 s for 400k) to
+// outlast the kill deadline of a loaded host.
+func tmpfsInodeCap(size int64) int64 {
+	return max(size/4096, 8192)
 }

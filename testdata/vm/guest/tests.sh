@@ -211,7 +211,7 @@ rootless() {
 sc="sandcell --shared-home /layers"
 bad=0
 $sc doctor | head -3
-$sc doctor | grep -q '^ok +tier +tier 2' || { echo "doctor does not say tier 2"; bad=1; }
+$sc doctor | grep -qE '^ok +tier +tier 2' || { echo "doctor does not say tier 2"; bad=1; }
 expect() { # STATUS ARGS...: a run's status
 	want=$1; shift
 	$sc run --json "$@" >/tmp/r.json 2>/tmp/r.err
