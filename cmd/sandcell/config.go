@@ -104,11 +104,7 @@ func (c *Config) addFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "cgroup that holds every sandbox")
 	fs.UintVar(&c.UIDBase, "uid-base", c.UIDBase, "first host uid/gid of the sandboxes' 65536-id range")
-	fs.Func("max-memory", "memory ceiling for all sandboxes together (default: half the host's memory)", func(v string) error {
-		n, err := limits.ParseSize(v)
-		c.MaxMemory = n
-		return err
-	})
+	sizeFlag(fs, &c.MaxMemory, "max-memory", "memory ceiling for all sandboxes together (default: half the host's memory)")
 	fs.Int64Var(&c.MaxPids, "max-pids", c.MaxPids, "pids ceiling for all sandboxes together")
 	fs.StringVar(&c.Isolation, "isolation", c.Isolation, "default isolation of a run: runc or gvisor")
 	fs.StringVar(&c.Runsc, "runsc", c.Runsc, "runsc binary for --isolation gvisor (default: from PATH)")
@@ -126,11 +122,7 @@ func (c *Config) addFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.SessionsDir, "sessions-dir", c.SessionsDir, "sessions' persistent workspaces (default <home>/sessions)")
 	fs.DurationVar(&c.SessionTTL, "session-ttl", c.SessionTTL, "idle time after which a session and its files are removed")
-	fs.Func("session-quota", "the most a session's /work may hold (e.g. 256MiB)", func(v string) error {
-		n, err := limits.ParseSize(v)
-		c.SessionQuota = n
-		return err
-	})
+	sizeFlag(fs, &c.SessionQuota, "session-quota", "the most a session's /work may hold (e.g. 256MiB)")
 	fs.IntVar(&c.MaxRuns, "max-runs", c.MaxRuns, "runs at once (default: the number of CPUs)")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "runs waiting for a slot before calls are refused as busy (default 4 x the number of CPUs)")
 }
