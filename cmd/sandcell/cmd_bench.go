@@ -1,273 +1,430 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
-	"github.com/sandcell/sandcell/seccomp"
 )
 
-// benchCase is one workload, run with the same argv in every runner.
+// benchQuick is the default --lang set: the `true` case (the start-up
+// goal of issues #2 and #9) and a few cheap languages, one compiled.
+var benchQuick = []string{"true", "sh", "python", "javascript", "c"}
+
+// benchLevels are the concurrency levels of the throughput table.
+var benchLevels = []int{1, 2, 4}
+
+// benchSlots is how many runs of one runner may be in flight at once: the
+// highest concurrency level.
+const benchSlots = 4
+
+// benchHello is the hello-world program of each language of the
+// catalogue; each prints benchWant.
+var benchHello = map[string]string{
+	"python":     "print('hello, world')\n",
+	"javascript": "console.log('hello, world');\n",
+	"typescript": "const greeting: string = 'hello, world';\nconsole.log(greeting);\n",
+	"bash":       "echo 'hello, world'\n",
+	"sh":         "echo 'hello, world'\n",
+	"go":         "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello, world\") }\n",
+	"c":          "#include <stdio.h>\n\nint main(void) { puts(\"hello, world\"); return 0; }\n",
+	"cpp":        "#include <iostream>\n\nint main() { std::cout << \"hello, world\" << std::endl; }\n",
+	"rust":       "fn main() {\n    println!(\"hello, world\");\n}\n",
+	"java":       "public class Main {\n    public static void main(String[] args) {\n        System.out.println(\"hello, world\");\n    }\n}\n",
+	"ruby":       "puts 'hello, world'\n",
+	"php":        "<?php\necho \"hello, world\\n\";\n",
+	"perl":       "print \"hello, world\\n\";\n",
+	"lua":        "print('hello, world')\n",
+}
+
+const benchWant = "hello, world\n"
+
+// benchCase is one workload (a row of the tables), run the same way by
+// every runner.
 type benchCase struct {
-	lang string
+	name string // "true" or the language's name
+	lang rootfs.Language
+	root string
+	// er is what the sandcell runners execute: the path of `sandcell run`
+	// (both phases for a compiled language).
+	er execRequest
+	// files and phases are what the other runners run: the phases in
+	// order, sharing one /work into which files were written first.
+	files  []oci.File
+	phases []benchPhase
+	want   string // the last phase's stdout
+	n      int    // latency iterations
+}
+
+// benchPhase is one argv of a case with its limits and full environment
+// (oci's base environment and the language's).
+type benchPhase struct {
 	args []string
+	lim  limits.Set
+	env  []string
 }
 
-var benchCases = []benchCase{
-	{lang: "sh", args: []string{"/bin/true"}},
-	{lang: "python", args: []string{"/usr/bin/python3", "-B", "-c", "print(1)"}},
-}
-
-// cmdBench: sandcell bench [-n N] measures, interleaved in one run, a fresh
-// sandcell run against the bare process (the same binary of the same layer,
-// chrooted, no namespaces) and the runc CLI running the same spec as an OCI
-// bundle. It prints a Markdown table of medians.
+// cmdBench: sandcell bench [flags] measures, per case and interleaved in one
+// run, the latency of each runner (cmd_bench_runners.go: the bare process,
+// bubblewrap, the runc and runsc CLIs on the same bundle, sandcell fresh and
+// with gVisor) and the throughput of the bare process and sandcell at
+// concurrency 1, 2 and 4. It prints Markdown tables; --markdown rewrites the
+// generated block of a file, --plot draws the latencies.
 func cmdBench(ctx context.Context, env *cliEnv, args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
-	n := fs.Int("n", 50, "iterations per runner and case")
-	runcPath := fs.String("runc", "runc", "runc CLI to compare against (empty to skip)")
+	n := fs.Int("n", 50, "latency iterations per runner for `true` and interpreted languages")
+	nCompiled := fs.Int("n-compiled", 10, "latency iterations per runner for compiled languages (compile + run)")
+	tput := fs.Int("throughput", 24, "runs per runner and concurrency level in the throughput table (0: no throughput)")
+	langList := fs.String("lang", strings.Join(benchQuick, ","), "cases: `true` and language names, comma-separated, or all (true and every built language)")
+	runnerList := fs.String("runners", "", "runners to measure, comma-separated (default: every available one: "+strings.Join(benchRunnerKeys, ",")+")")
+	runcPath := fs.String("runc", "runc", "runc CLI to compare against")
+	bwrapPath := fs.String("bwrap", "bwrap", "bubblewrap to compare against")
+	mdPath := fs.String("markdown", "", "rewrite the block between "+benchBegin+" and "+benchEnd+" in this file (appended if missing)")
+	plotPath := fs.String("plot", "", "draw the latencies as box plots into this file (.svg or .png)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(env.stderr, "sandcell bench: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *n < 1 || *nCompiled < 1 || *tput < 0 {
+		fmt.Fprintln(env.stderr, "sandcell bench: -n and -n-compiled must be at least 1, -throughput at least 0")
+		return 2
+	}
+	if *plotPath != "" {
+		if ext := filepath.Ext(*plotPath); ext != ".svg" && ext != ".png" {
+			fmt.Fprintf(env.stderr, "sandcell bench: --plot %s: want a .svg or .png file\n", *plotPath)
+			return 2
+		}
+	}
 	a, err := openApp(env.cfg, env.log)
 	if err != nil {
 		return env.fail(err)
 	}
 	defer a.Close()
-	if *runcPath != "" {
-		if p, err := exec.LookPath(*runcPath); err == nil {
-			*runcPath = p
-		} else {
-			fmt.Fprintf(env.stderr, "sandcell bench: %s not found, skipping the runc CLI column\n", *runcPath)
-			*runcPath = ""
+	cases, err := benchCases(a, *langList, *n, *nCompiled)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "sandcell bench: %v\n", err)
+		return 2
+	}
+	b, err := newBencher(a, env, *runcPath, *bwrapPath)
+	if err != nil {
+		return env.fail(err)
+	}
+	defer b.close()
+	runners, err := b.runners(*runnerList)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "sandcell bench: %v\n", err)
+		return 2
+	}
+
+	rep := &benchReport{
+		Command:  benchCommand(),
+		Date:     time.Now().UTC(),
+		Commit:   benchCommit(),
+		LoadFrom: loadAverage(),
+		Host:     b.host(),
+	}
+	for _, r := range runners {
+		rep.Runners = append(rep.Runners, r.name)
+	}
+	for _, c := range cases {
+		env.log.Info("bench latency", "case", c.name, "iterations", c.n)
+		rep.Latency = append(rep.Latency, benchLatency(ctx, c, runners, env))
+		if ctx.Err() != nil {
+			return env.fail(ctx.Err())
 		}
 	}
-	fmt.Fprintf(env.stdout, "| case | bare host p50 | sandcell p50 | sandcell p90 | runc CLI p50 | sandcell - bare | runc CLI / sandcell |\n")
-	fmt.Fprintf(env.stdout, "|---|---|---|---|---|---|---|\n")
-	for _, bc := range benchCases {
-		row, err := benchOne(ctx, a, bc, *n, *runcPath)
-		if err != nil {
-			return env.fail(fmt.Errorf("bench %s: %w", bc.lang, err))
+	if *tput > 0 {
+		for _, c := range cases {
+			env.log.Info("bench throughput", "case", c.name, "runs", *tput)
+			rows, err := benchThroughput(ctx, c, runners, *tput)
+			if err != nil {
+				return env.fail(fmt.Errorf("throughput %s: %w", c.name, err))
+			}
+			rep.Throughput = append(rep.Throughput, rows...)
 		}
-		fmt.Fprintln(env.stdout, row)
 	}
-	fmt.Fprintf(env.stdout, "\n%d iterations each, interleaved (bare, sandcell, runc CLI in turn); times in ms.\n", *n)
-	if gv, err := a.gvisor(); err != nil {
-		fmt.Fprintf(env.stderr, "sandcell bench: skipping gVisor: %v\n", err)
-	} else {
-		row, err := benchGVisor(ctx, a, gv, benchCases[1], max(*n/5, 5))
-		if err != nil {
-			return env.fail(fmt.Errorf("bench gvisor: %w", err))
+	rep.LoadTo = loadAverage()
+
+	md := rep.markdown()
+	fmt.Fprint(env.stdout, md)
+	if *mdPath != "" {
+		if err := rewriteBlock(*mdPath, md); err != nil {
+			return env.fail(err)
 		}
-		fmt.Fprintf(env.stdout, "\n| gVisor (%s) | sandcell p50 | runsc CLI p50 | sandcell / runsc CLI |\n|---|---|---|---|\n%s\n", gv.Platform(), row)
+	}
+	if *plotPath != "" {
+		if err := rep.plot(*plotPath); err != nil {
+			return env.fail(fmt.Errorf("plot: %w", err))
+		}
+	}
+	if rep.failed() {
+		fmt.Fprintln(env.stderr, "sandcell bench: some runners failed (see the table's notes)")
+		return 1
 	}
 	return 0
 }
 
-// benchGVisor compares a sandcell run with isolation gvisor against the
-// runsc CLI running the same bundle with the same flags, interleaved.
-func benchGVisor(ctx context.Context, a *app, gv *oci.Runsc, bc benchCase, n int) (string, error) {
-	req, err := benchRequest(a, bc)
-	if err != nil {
-		return "", err
-	}
-	filter, err := seccomp.GVisorProfile()
-	if err != nil {
-		return "", err
-	}
-	tmp, err := benchDir(a)
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	var sc, cli []time.Duration
-	for i := 0; i < n; i++ {
-		start := time.Now()
-		res, err := oci.Run(ctx, gv, req)
-		if err != nil || res.Status != oci.StatusOK {
-			return "", fmt.Errorf("sandcell run: %v %s %s", err, res.Status, res.Stderr)
-		}
-		sc = append(sc, time.Since(start))
-
-		dir := filepath.Join(tmp, strconv.Itoa(i))
-		work := filepath.Join(dir, "work")
-		if err := os.MkdirAll(work, 0o755); err != nil {
-			return "", err
-		}
-		spec, err := oci.Spec(req, oci.Host{WorkDir: work, UIDBase: uint32(a.cfg.UIDBase), Seccomp: filter})
-		if err != nil {
-			return "", err
-		}
-		bundle := filepath.Join(dir, "bundle")
-		if err := oci.WriteBundle(bundle, spec); err != nil {
-			return "", err
-		}
-		id := fmt.Sprintf("sandcell-bench-gv-%d-%d", os.Getpid(), i)
-		start = time.Now()
-		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		out, err := exec.CommandContext(rctx, gv.Path(), "--root", filepath.Join(dir, "state"), "--platform", gv.Platform(),
-			"--network", "none", "--oci-seccomp", "--ignore-cgroups", "run", "--bundle", bundle, id).CombinedOutput()
-		cancel()
-		if err != nil {
-			return "", fmt.Errorf("runsc run: %w: %s", err, out)
-		}
-		cli = append(cli, time.Since(start))
-	}
-	s50, c50 := pct(sc, 50), pct(cli, 50)
-	return fmt.Sprintf("| %s `%s` (%d runs each) | %s | %s | %.2fx |", bc.lang, strings.Join(bc.args, " "), n, ms(s50), ms(c50), float64(s50)/float64(c50)), nil
-}
-
-func benchOne(ctx context.Context, a *app, bc benchCase, n int, runcPath string) (string, error) {
-	req, err := benchRequest(a, bc)
-	if err != nil {
-		return "", err
-	}
-	tmp, err := benchDir(a)
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	var bare, sc, rc []time.Duration
-	for i := 0; i < n; i++ {
-		start := time.Now()
-		cmd := exec.CommandContext(ctx, bc.args[0], bc.args[1:]...)
-		cmd.Env = req.Env
-		cmd.Dir = "/"
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: req.Root}
-		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("bare %v: %w", bc.args, err)
-		}
-		bare = append(bare, time.Since(start))
-
-		start = time.Now()
-		res, err := oci.Run(ctx, a.rt, req)
-		if err != nil || res.Status != oci.StatusOK {
-			return "", fmt.Errorf("sandcell run: %v %s %s", err, res.Status, res.Stderr)
-		}
-		sc = append(sc, time.Since(start))
-
-		if runcPath != "" {
-			d, err := runcOnce(ctx, a, req, runcPath, filepath.Join(tmp, strconv.Itoa(i)))
-			if err != nil {
-				return "", err
+// benchCases resolves --lang: "all" is `true` and every built language;
+// unknown names are an error, unbuilt layers too.
+func benchCases(a *app, list string, n, nCompiled int) ([]*benchCase, error) {
+	var names []string
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "all" {
+			names = append(names, "true")
+			for _, l := range rootfs.Languages() {
+				if built, err := a.store.Built(l); err == nil && built {
+					names = append(names, l.Name)
+				}
 			}
-			rc = append(rc, d)
+		} else if s != "" {
+			names = append(names, s)
 		}
 	}
-	b50, s50, s90 := pct(bare, 50), pct(sc, 50), pct(sc, 90)
-	row := fmt.Sprintf("| %s `%s` | %s | %s | %s |", bc.lang, strings.Join(bc.args, " "), ms(b50), ms(s50), ms(s90))
-	if len(rc) > 0 {
-		r50 := pct(rc, 50)
-		row += fmt.Sprintf(" %s | %s | %.2fx |", ms(r50), ms(s50-b50), float64(r50)/float64(s50))
+	if len(names) == 0 {
+		return nil, errors.New("--lang names no case")
+	}
+	var cases []*benchCase
+	seen := map[string]bool{}
+	for _, name := range names {
+		c, err := benchCaseOf(a, name, n, nCompiled)
+		if err != nil {
+			return nil, err
+		}
+		if !seen[c.name] {
+			seen[c.name] = true
+			cases = append(cases, c)
+		}
+	}
+	return cases, nil
+}
+
+// benchCaseOf is the case named name: `true` (/bin/true as a command of
+// the sh layer, as the MCP tool's command runs it) or a language's hello
+// world.
+func benchCaseOf(a *app, name string, n, nCompiled int) (*benchCase, error) {
+	c := &benchCase{name: name, n: n}
+	var err error
+	if name == "true" {
+		c.lang, err = rootfs.Lookup("sh")
+		c.er = execRequest{Command: []string{"/bin/true"}}
 	} else {
-		row += fmt.Sprintf(" - | %s | - |", ms(s50-b50))
+		c.lang, err = rootfs.Lookup(name)
+		c.name = c.lang.Name
+		c.er = execRequest{Language: c.lang.Name, Source: []byte(benchHello[c.lang.Name])}
 	}
-	return row, nil
-}
-
-// benchRequest is the oci request of a bench case, with default limits.
-func benchRequest(a *app, bc benchCase) (*oci.Request, error) {
-	lang, err := rootfs.Lookup(bc.lang)
 	if err != nil {
 		return nil, err
 	}
-	root, err := a.store.Root(lang)
-	if err != nil {
-		return nil, err
+	if c.root, err = a.store.Root(c.lang); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.name, err)
 	}
-	lim, _, err := limits.Resolve(a.cfg.Defaults, a.cfg.Ceilings, limits.Set{})
-	if err != nil {
-		return nil, err
-	}
-	return &oci.Request{Root: root, Args: bc.args, Env: lang.Env, Limits: lim}, nil
-}
-
-// benchDir makes a directory for the CLI runners' bundles inside this
-// instance's state directory (removed with it after a crash), which the
-// mapped container root can traverse.
-func benchDir(a *app) (string, error) {
-	dir, err := os.MkdirTemp(filepath.Join(a.cfg.StateDir, a.rt.Instance()), "bench-")
-	if err != nil {
-		return "", err
-	}
-	return dir, os.Chmod(dir, 0o711)
-}
-
-// runcOnce runs the same spec with the runc CLI from a bundle directory. The
-// time counted covers writing the bundle's work dir as sandcell does.
-func runcOnce(ctx context.Context, a *app, req *oci.Request, runcPath, dir string) (time.Duration, error) {
-	id := "sandcell-bench-" + filepath.Base(dir) + "-" + strconv.Itoa(os.Getpid())
-	start := time.Now()
-	work := filepath.Join(dir, "work")
-	if err := os.MkdirAll(work, 0o755); err != nil {
-		return 0, err
-	}
-	uid := int(a.cfg.UIDBase) + oci.SandboxUID
-	for _, f := range req.Files {
-		p := filepath.Join(work, f.Path)
-		if err := os.WriteFile(p, f.Data, 0o644); err != nil {
-			return 0, err
+	addPhase := func(args []string, adj rootfs.Limits) error {
+		lim, _, err := a.phaseLimits(adj, limits.Set{})
+		if err != nil {
+			return err
 		}
-		_ = os.Chown(p, uid, uid)
+		spec, err := oci.Spec(&oci.Request{Root: c.root, Args: args, Env: c.lang.Env, Limits: lim},
+			oci.Host{WorkDir: "/work", UIDBase: uint32(a.cfg.UIDBase), Seccomp: a.filter})
+		if err != nil {
+			return err
+		}
+		c.phases = append(c.phases, benchPhase{args: args, lim: lim, env: spec.Process.Env})
+		return nil
 	}
-	_ = os.Chown(work, uid, uid)
-	spec, err := oci.Spec(req, oci.Host{WorkDir: work, CgroupsPath: a.parent.ChildPath(id), UIDBase: uint32(a.cfg.UIDBase), Seccomp: a.filter})
-	if err != nil {
-		return 0, err
+	if name == "true" {
+		return c, addPhase(c.er.Command, c.lang.Limits)
 	}
-	bundle := filepath.Join(dir, "bundle")
-	if err := oci.WriteBundle(bundle, spec); err != nil {
-		return 0, err
+	src, ok := benchHello[c.lang.Name]
+	if !ok {
+		return nil, fmt.Errorf("case %s: no hello-world program for this language in the bench", c.name)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c.files = []oci.File{{Path: c.lang.Source, Data: []byte(src), Mode: 0o644}}
+	c.want = benchWant
+	if c.lang.Compiled() {
+		c.n = nCompiled
+		if err := addPhase(c.lang.Compile, c.lang.CompileLimits); err != nil {
+			return nil, err
+		}
+	}
+	return c, addPhase(c.lang.Run, c.lang.Limits)
+}
+
+// benchLatency runs every runner c.n times (after one warm-up run each),
+// interleaved: each iteration runs each runner once, starting with a
+// different one each time. A runner that fails is dropped for the rest of
+// the case; its cell says so.
+func benchLatency(ctx context.Context, c *benchCase, runners []benchRunner, env *cliEnv) latencyRow {
+	row := latencyRow{Case: c.name, N: c.n, Samples: map[string][]time.Duration{}, Errors: map[string]string{}}
+	once := func(r benchRunner) (time.Duration, error) {
+		start := time.Now()
+		out, err := r.run(ctx, c, 0)
+		d := time.Since(start)
+		if err == nil && out != c.want {
+			err = fmt.Errorf("stdout %q, want %q", out, c.want)
+		}
+		return d, err
+	}
+	fail := func(r benchRunner, err error) {
+		row.Errors[r.name] = err.Error()
+		fmt.Fprintf(env.stderr, "sandcell bench: %s on %s: %v\n", r.name, c.name, err)
+	}
+	for _, r := range runners {
+		if _, err := once(r); err != nil {
+			fail(r, err)
+		}
+	}
+	for i := 0; i < c.n && ctx.Err() == nil; i++ {
+		for j := range runners {
+			r := runners[(i+j)%len(runners)]
+			if row.Errors[r.name] != "" {
+				continue
+			}
+			d, err := once(r)
+			if err != nil {
+				fail(r, err)
+				continue
+			}
+			row.Samples[r.name] = append(row.Samples[r.name], d)
+		}
+	}
+	return row
+}
+
+// benchThroughput measures the throughput runners on c at each concurrency
+// level: runs runs per runner and level, in three rounds that take turns
+// between runners and levels so that a slow spell of the host is shared.
+func benchThroughput(ctx context.Context, c *benchCase, runners []benchRunner, runs int) ([]throughputRow, error) {
+	const rounds = 3
+	type key struct {
+		runner string
+		conc   int
+	}
+	done := map[key]int{}
+	took := map[key]time.Duration{}
+	var order []key
+	for _, r := range runners {
+		if !r.throughput {
+			continue
+		}
+		for _, conc := range benchLevels {
+			order = append(order, key{r.name, conc})
+		}
+	}
+	byName := map[string]benchRunner{}
+	for _, r := range runners {
+		byName[r.name] = r
+	}
+	for round := 0; round < rounds; round++ {
+		for _, k := range order {
+			batch := runs/rounds + btoi(round < runs%rounds)
+			if batch == 0 {
+				continue
+			}
+			r := byName[k.runner]
+			n, d, err := runConcurrently(ctx, batch, k.conc, func(ctx context.Context, slot int) error {
+				out, err := r.run(ctx, c, slot)
+				if err == nil && out != c.want {
+					err = fmt.Errorf("stdout %q, want %q", out, c.want)
+				}
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("%s at concurrency %d: %w", k.runner, k.conc, err)
+			}
+			done[k] += n
+			took[k] += d
+		}
+	}
+	var rows []throughputRow
+	for _, r := range runners {
+		if !r.throughput {
+			continue
+		}
+		row := throughputRow{Case: c.name, Runner: r.name, Runs: runs, PerSecond: map[int]float64{}}
+		for _, conc := range benchLevels {
+			row.PerSecond[conc] = rate(done[key{r.name, conc}], took[key{r.name, conc}])
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// benchCommand is the command line as typed, with the binary's base name.
+func benchCommand() string {
+	args := slices.Clone(os.Args)
+	if len(args) == 0 {
+		return "sandcell bench"
+	}
+	args[0] = filepath.Base(args[0])
+	return strings.Join(args, " ")
+}
+
+// benchCommit is the VCS revision the binary was built from (Go stamps it
+// when built in a git checkout without -buildvcs=false), else that of the
+// git checkout in the working directory (make bench runs in it); "+dirty"
+// if the tree had changes.
+func benchCommit() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", ""
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value[:min(len(s.Value), 12)]
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "+dirty"
+				}
+			}
+		}
+		if rev != "" {
+			return rev + dirty
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, runcPath, "--root", filepath.Join(dir, "state"), "run", "--bundle", bundle, id)
-	cmd.Stdout = io.Discard
-	out := &limitedBuffer{max: 4096}
-	cmd.Stderr = out
-	err = cmd.Run()
-	d := time.Since(start)
-	_ = a.parent.RemoveChild(id)
+	rev, err := exec.CommandContext(ctx, "git", "rev-parse", "--short=12", "HEAD").Output()
 	if err != nil {
-		return 0, fmt.Errorf("runc run: %w: %s", err, out.b)
+		return "unknown"
 	}
-	return d, nil
-}
-
-type limitedBuffer struct {
-	b   []byte
-	max int
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := l.max - len(l.b); room > 0 {
-		l.b = append(l.b, p[:min(room, len(p))]...)
+	commit := strings.TrimSpace(string(rev))
+	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		commit += "+dirty"
 	}
-	return len(p), nil
+	return commit
 }
 
-func pct(d []time.Duration, p int) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[(len(s)-1)*p/100]
+// loadAverage is the first three fields of /proc/loadavg.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
