@@ -99,7 +99,6 @@ func (b *bencher) runners(list string) ([]benchRunner, error) {
 	return out, nil
 }
 
-
 // bencher holds what the runners share: the app, a scratch directory in
 // the instance's state directory, the CLIs found, and the bare runner's
 // prepared roots.
