@@ -9,7 +9,7 @@ LDFLAGS   := -s -w -extldflags=-static
 # sandcell home: the layer store lives in $(LAYER_DIR)/rootfs (rootfs.DefaultDir).
 LAYER_DIR ?= /var/lib/sandcell
 # Debian packages the build, the layers and the tests need.
-APT_PKGS  := gcc libc6-dev libseccomp-dev mmdebstrap busybox-static runc runsc
+APT_PKGS  := gcc libc6-dev libseccomp-dev mmdebstrap busybox-static runc runsc bubblewrap
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
@@ -60,8 +60,11 @@ test: deps build layers conformance-deps rootless-user ## every test; root tests
 unit: ## fast tests only (-short: no layer builds, no containers)
 	$(GO) test -tags '$(TAGS)' -short ./...
 
-bench: build layers ## side-by-side start-up benchmark (medians), Markdown on stdout
-	$(SUDO) ./$(BIN) --home $(LAYER_DIR) bench -n 100
+# BENCH_FLAGS adds flags, e.g. BENCH_FLAGS='--lang all' or '-n 100'
+# (sandcell bench -h lists them).
+BENCH_FLAGS ?=
+bench: deps build layers ## latency (bare, bwrap, runc/runsc CLIs, sandcell) and throughput side by side: BENCHMARKS.md block, docs/bench-latency.svg
+	$(SUDO) ./$(BIN) --home $(LAYER_DIR) bench --markdown BENCHMARKS.md --plot docs/bench-latency.svg $(BENCH_FLAGS)
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -22,7 +22,7 @@ commands:
   rootfs     build, list, prune and verify language layers (rootfs build|list|prune|verify)
   build      same as rootfs build
   doctor     check what this host supports and how to fix what is missing
-  bench      measure sandbox start-up against the bare process and the runc CLI
+  bench      latency and throughput of sandboxes against the bare process, bwrap and the runc/runsc CLIs
   languages  list the languages and whether their layers are built
   setup      as root: delegate a cgroup subtree to a user (rootless with every limit)
 

@@ -88,7 +88,7 @@ func cmdBench(ctx context.Context, env *cliEnv, args []string) int {
 	n := fs.Int("n", 50, "latency iterations per runner for `true` and interpreted languages")
 	nCompiled := fs.Int("n-compiled", 10, "latency iterations per runner for compiled languages (compile + run)")
 	tput := fs.Int("throughput", 24, "runs per runner and concurrency level in the throughput table (0: no throughput)")
-	langList := fs.String("lang", strings.Join(benchQuick, ","), "cases: `true` and language names, comma-separated, or all (true and every built language)")
+	langList := fs.String("lang", strings.Join(benchQuick, ","), "cases: `true` and language names, comma-separated, or all (true and every built language); by default those of the list whose layers are built")
 	runnerList := fs.String("runners", "", "runners to measure, comma-separated (default: every available one: "+strings.Join(benchRunnerKeys, ",")+")")
 	runcPath := fs.String("runc", "runc", "runc CLI to compare against")
 	bwrapPath := fs.String("bwrap", "bwrap", "bubblewrap to compare against")
@@ -119,7 +119,11 @@ func cmdBench(ctx context.Context, env *cliEnv, args []string) int {
 		return env.fail(err)
 	}
 	defer a.Close()
-	cases, err := benchCases(a, *langList, *n, *nCompiled)
+	list := *langList
+	if !flagSet(fs, "lang") {
+		list = builtOf(a, env, benchQuick)
+	}
+	cases, err := benchCases(a, list, *n, *nCompiled)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "sandcell bench: %v\n", err)
 		return 2
@@ -215,6 +219,34 @@ func benchCases(a *app, list string, n, nCompiled int) ([]*benchCase, error) {
 		}
 	}
 	return cases, nil
+}
+
+// flagSet tells whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// builtOf is the cases of names whose layers are built (`true` needs sh),
+// as a --lang list; the others are named on stderr.
+func builtOf(a *app, env *cliEnv, names []string) string {
+	var out []string
+	for _, name := range names {
+		lang := name
+		if name == "true" {
+			lang = "sh"
+		}
+		l, err := rootfs.Lookup(lang)
+		if err == nil {
+			if built, err := a.store.Built(l); err == nil && built {
+				out = append(out, name)
+				continue
+			}
+		}
+		fmt.Fprintf(env.stderr, "sandcell bench: leaving out %s: its layer is not built (sandcell rootfs build %s)\n", name, lang)
+	}
+	return strings.Join(out, ",")
 }
 
 // benchCaseOf is the case named name: `true` (/bin/true as a command of

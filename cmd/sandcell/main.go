@@ -6,7 +6,7 @@
 //	sandcell run --lang LANG (--code STRING | FILE) [flags]   run one program
 //	sandcell build [LANG...]                                 build language layers
 //	sandcell doctor [--json]                                 check the host
-//	sandcell bench [flags]                                   side-by-side latency benchmark
+//	sandcell bench [flags]                                   side-by-side latency and throughput benchmark
 //	sandcell languages                                       list the languages
 //
 // Logs go to stderr (log/slog). See README.md.
