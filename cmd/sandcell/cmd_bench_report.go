@@ -352,11 +352,12 @@ func (r *benchReport) plot(path string) error {
 	p.Y.Label.Text = "ms (log scale)"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	// The legend sits in an empty column right of the cases.
 	p.Legend.Top = true
-	p.Legend.Left = true
+	p.Legend.ThumbnailWidth = vg.Points(10)
 	var names []string
 	for _, row := range r.Latency {
-		names = append(names, caseLabel(row.Case))
+		names = append(names, row.Case)
 	}
 	k := len(r.Runners)
 	width := vg.Points(math.Min(14, 300/float64(max(1, k*len(r.Latency)))))
@@ -389,8 +390,8 @@ func (r *benchReport) plot(path string) error {
 		}
 	}
 	p.NominalX(names...)
-	p.X.Min, p.X.Max = -0.6, float64(len(r.Latency))-0.4
-	return p.Save(vg.Length(max(6, 1.6*float64(len(r.Latency))))*vg.Inch, 4.5*vg.Inch, path)
+	p.X.Min, p.X.Max = -0.6, float64(len(r.Latency))+0.6
+	return p.Save(vg.Length(max(7, 1.6*float64(len(r.Latency)+1)))*vg.Inch, 4.5*vg.Inch, path)
 }
 
 // swatch is a legend entry: a box of the runner's colour.

@@ -251,7 +251,7 @@ func TestBenchPlot(t *testing.T) {
 		}
 		switch ext {
 		case ".svg":
-			for _, want := range []string{"<svg", "sandcell fresh", "runsc CLI", "python hello"} {
+			for _, want := range []string{"<svg", "sandcell fresh", "runsc CLI", "python"} {
 				if !bytes.Contains(b, []byte(want)) {
 					t.Errorf("the SVG lacks %q", want)
 				}
