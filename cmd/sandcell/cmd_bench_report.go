@@ -171,7 +171,7 @@ func (r *benchReport) goals() []goal {
 // latency, ratio, goal and throughput tables.
 func (r *benchReport) markdown() string {
 	var w strings.Builder
-	fmt.Fprintf(&w, "Command: `%s`; %s; commit %s; load average %s at the start, %s at the end.  \n",
+	fmt.Fprintf(&w, "Command: `%s`; %s; commit %s; load average %s at the start, %s at the end.\n\n",
 		r.Command, r.Date.Format("2006-01-02 15:04 UTC"), r.Commit, r.LoadFrom, r.LoadTo)
 	fmt.Fprintf(&w, "Host: %s.\n\n", r.Host)
 
