@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -358,7 +359,11 @@ func TestBenchReal(t *testing.T) {
 	if b, err := os.ReadFile(svg); err != nil || !bytes.Contains(b, []byte("<svg")) {
 		t.Errorf("no SVG plot: %v", err)
 	}
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	// This thread's view: libcontainer may have moved the main thread
+	// into a container's mount namespace (rootfs.mountinfoPath).
+	runtime.LockOSThread()
+	mounts, err := os.ReadFile("/proc/thread-self/mountinfo")
+	runtime.UnlockOSThread()
 	if err != nil {
 		t.Fatal(err)
 	}
