@@ -32,6 +32,10 @@ type run struct {
 	// backend's; nil when the reaped process was the last one). It runs
 	// before /work is read back.
 	settle func() error
+	// cpuUsed, if set, is the CPU time the run has used since Start, for
+	// a backend whose kernel does not enforce RLIMIT_CPU (gVisor's sentry
+	// does not): await then polls it and stops the run at the limit.
+	cpuUsed func() time.Duration
 
 	stdin  []byte
 	stdinR *os.File // the program's end; nil means /dev/null
@@ -135,12 +139,37 @@ func (r *run) exitedWith(ws syscall.WaitStatus) {
 	close(r.exited)
 }
 
+// cpuPoll is how often the CPU-time watchdog looks: the run may pass its
+// CPU-time limit by about this much (times its CPUs) before it is stopped.
+const cpuPoll = 50 * time.Millisecond
+
+// watchCPU stops the run when cpuUsed reaches the CPU-time limit; it ends
+// with the program.
+func (r *run) watchCPU() {
+	t := time.NewTicker(cpuPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.exited:
+			return
+		case <-t.C:
+			if r.cpuUsed() >= r.limits.CPUTime {
+				r.requestStop(stopCPUTime)
+				return
+			}
+		}
+	}
+}
+
 // await blocks until the program ends or a reason to stop it comes (wall
 // clock, output cap, cancellation); then kill is called and the program
 // reaped. It returns why sandcell stopped the run (stopNone if it did not).
 func (r *run) await(ctx context.Context, kill func()) (stopReason, error) {
 	timer := time.NewTimer(time.Until(r.started.Add(r.limits.Timeout)))
 	defer timer.Stop()
+	if r.cpuUsed != nil && r.limits.CPUTime > 0 {
+		go r.watchCPU()
+	}
 	stop := stopNone
 	select {
 	case <-r.exited:

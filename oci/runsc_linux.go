@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -202,20 +203,28 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 	if err != nil {
 		return nil, err
 	}
-	run.enforced = Enforced(r.cfg.Cgroups != nil)
+	run.enforced = gvisorEnforced(r.cfg.Cgroups != nil)
 	c := &gvContainer{run: run, g: g}
 	run.settle = c.settle
+	run.cpuUsed = c.cpuUsed
 	r.register(id, c)
 	defer func() {
 		if retErr != nil {
 			_ = c.Destroy()
 		}
 	}()
-	spec, err := Spec(req, Host{WorkDir: run.work, UIDBase: r.cfg.UIDBase, Seccomp: g.seccomp})
+	host := Host{WorkDir: run.work, UIDBase: r.cfg.UIDBase, Seccomp: g.seccomp, SingleID: r.cfg.SingleID}
+	if r.cfg.Cgroups != nil {
+		host.CgroupsPath = r.cfg.Cgroups.ChildPath(id)
+	}
+	spec, err := Spec(req, host)
 	if err != nil {
 		return nil, err
 	}
 	withoutInodeCaps(spec)
+	if r.cfg.SingleID {
+		withoutUserNS(spec)
+	}
 	bundle := filepath.Join(run.runDir, "bundle")
 	if err := WriteBundle(bundle, spec); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
@@ -237,8 +246,11 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 		"--platform", g.platform,
 		"--network", "none", // gVisor's own netstack with loopback only
 		"--oci-seccomp", // the spec's filter applies to the program inside the sandbox
-		"--ignore-cgroups",
-		"run", "--bundle", bundle, id}
+		"--ignore-cgroups"}
+	if r.cfg.SingleID {
+		args = append(args, "--rootless")
+	}
+	args = append(args, "run", "--bundle", bundle, id)
 	cmd := exec.Command("/proc/self/exe", args...)
 	cmd.Args[0] = "sandcell-runsc"
 	cmd.Stdout = run.outW
@@ -259,7 +271,9 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 	c.cmd = cmd
 	go c.reap()
 	if c.cg != nil {
-		if err := c.cg.Apply(cmd.Process.Pid); err != nil {
+		// ErrRootless: a delegated subtree lacks some hierarchies, which
+		// the manager skipped; Set fails if one it needs is missing.
+		if err := c.cg.Apply(cmd.Process.Pid); err != nil && !errors.Is(err, cgroups.ErrRootless) {
 			return nil, fmt.Errorf("%w: put runsc into its cgroup: %w", ErrRuntime, err)
 		}
 		if err := c.cg.Set(c.cgConfig.Resources); err != nil {
@@ -277,7 +291,33 @@ func (g *Runsc) cgroup(id string, spec *specs.Spec) (cgroups.Manager, *cgroups.C
 	s := *spec
 	linux := *s.Linux
 	linux.CgroupsPath = g.lc.cfg.Cgroups.ChildPath(id)
-	res := *linux.Resources
+	linux.Resources = GVisorResources(linux.Resources)
+	s.Linux = &linux
+	lc := g.lc
+	cg, err := specconv.CreateCgroupConfig(&specconv.CreateOpts{CgroupName: id, Spec: &s, RootlessCgroups: lc.rootlessCgroups()}, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: cgroup config: %w", ErrRuntime, err)
+	}
+	cg.Resources.SkipDevices = true
+	if p := lc.cfg.Cgroups; p.Delegated() && lc.cfg.CgroupMode.V1() {
+		// As for libcontainer (see Libcontainer.Prepare): a delegated v1
+		// subtree exists only in some hierarchies, and the manager skips
+		// the others only for a cgroup named by Parent and Name.
+		cg.Path, cg.Parent, cg.Name = "", p.Path(), id
+	}
+	m, err := cgmanager.New(cg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: cgroup manager: %w", ErrRuntime, err)
+	}
+	return m, cg, nil
+}
+
+// GVisorResources is a copy of a spec's cgroup limits as they apply to a
+// whole gVisor sandbox (see runscMemoryFloor and runscPidsOverhead),
+// without device rules: runsc runs on the host and needs the host's
+// devices; the program sees only gVisor's own /dev.
+func GVisorResources(r *specs.LinuxResources) *specs.LinuxResources {
+	res := *r
 	if res.Memory != nil && res.Memory.Limit != nil && *res.Memory.Limit < runscMemoryFloor {
 		mem := *res.Memory
 		floor := int64(runscMemoryFloor)
@@ -289,18 +329,7 @@ func (g *Runsc) cgroup(id string, spec *specs.Spec) (cgroups.Manager, *cgroups.C
 		res.Pids = &specs.LinuxPids{Limit: &l}
 	}
 	res.Devices = nil
-	linux.Resources = &res
-	s.Linux = &linux
-	cg, err := specconv.CreateCgroupConfig(&specconv.CreateOpts{CgroupName: id, Spec: &s}, nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: cgroup config: %w", ErrRuntime, err)
-	}
-	cg.Resources.SkipDevices = true
-	m, err := cgmanager.New(cg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: cgroup manager: %w", ErrRuntime, err)
-	}
-	return m, cg, nil
+	return &res
 }
 
 // gvContainer is one gVisor sandbox.
@@ -313,12 +342,96 @@ type gvContainer struct {
 	cgConfig *cgroups.Cgroup
 	ps       *os.ProcessState
 	cpuBase  time.Duration
+	lastCPU  atomic.Int64 // the watchdog's last reading without a cgroup (ns)
 
 	destroyOnce sync.Once
 	destroyErr  error
 }
 
 func (c *gvContainer) ID() string { return c.id }
+
+// gvisorEnforced is Enforced for a gVisor run: gVisor's kernel does not
+// enforce RLIMIT_CPU (a busy loop under a 1 s limit ran until the wall
+// clock), so sandcell's watchdog does, on the CPU time of every process of
+// the sandbox: the program's and gVisor's own work for it (including its
+// boot, about 0.2 s).
+func gvisorEnforced(cgroups bool) map[string]string {
+	m := Enforced(cgroups)
+	m["cpu_time"] = "sandcell watchdog (CPU time of the whole sandbox)"
+	return m
+}
+
+// cpuUsed is the CPU time the sandbox used since Start: from its cgroup,
+// or (no cgroup: a rootless server without delegation) from the process
+// tree under runsc.
+func (c *gvContainer) cpuUsed() time.Duration {
+	if c.cg != nil {
+		return c.usage().CPUTime - c.cpuBase
+	}
+	used := treeCPU(c.cmd.Process.Pid)
+	c.lastCPU.Store(int64(used))
+	return used
+}
+
+// clockTick is the unit of the times in /proc/PID/stat (USER_HZ, 100 on
+// every Linux architecture sandcell builds for).
+const clockTick = 10 * time.Millisecond
+
+// treeCPU sums the CPU time of process root and its descendants, and of
+// their reaped children, from /proc. A process that left the tree without
+// being reaped by it (reparented to init) is lost: runsc's sandbox and
+// gofer stay its children until the sandbox ends.
+func treeCPU(root int) time.Duration {
+	type proc struct {
+		ppid int
+		cpu  time.Duration
+	}
+	procs := map[int]proc{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command name's closing parenthesis: state (3),
+		// ppid (4), ..., utime (14), stime (15), cutime (16), cstime (17).
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 15 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		var ticks int64
+		for _, v := range f[11:15] {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			ticks += n
+		}
+		procs[pid] = proc{ppid: ppid, cpu: time.Duration(ticks) * clockTick}
+	}
+	inTree := func(pid int) bool {
+		for depth := 0; pid > 1 && depth < 64; depth++ {
+			if pid == root {
+				return true
+			}
+			pid = procs[pid].ppid
+		}
+		return false
+	}
+	var sum time.Duration
+	for pid, p := range procs {
+		if inTree(pid) {
+			sum += p.cpu
+		}
+	}
+	return sum
+}
 
 func (c *gvContainer) reap() {
 	_ = c.cmd.Wait()
@@ -374,6 +487,9 @@ func (c *gvContainer) usage() limits.Usage {
 		}
 	default:
 	}
+	// runsc's reaped children count in its rusage only if it waited for
+	// them; a killed sandbox's were seen last by the watchdog.
+	u.CPUTime = max(u.CPUTime, time.Duration(c.lastCPU.Load()))
 	return u
 }
 
@@ -553,4 +669,18 @@ func withoutInodeCaps(spec *specs.Spec) {
 			return strings.HasPrefix(o, "nr_inodes=")
 		})
 	}
+}
+
+// withoutUserNS drops the user namespace from a rootless server's spec.
+// The server already is root of a user namespace that maps only its
+// user's uid; runsc --rootless cannot nest another one there (its gofer
+// fails to start: "fork/exec /proc/self/exe: operation not permitted"),
+// and does not need one: the program's identities are gVisor's, the
+// sentry and gofer run as the user on the host, and gVisor drops their
+// capabilities itself.
+func withoutUserNS(spec *specs.Spec) {
+	spec.Linux.Namespaces = slices.DeleteFunc(slices.Clone(spec.Linux.Namespaces), func(ns specs.LinuxNamespace) bool {
+		return ns.Type == specs.UserNamespace
+	})
+	spec.Linux.UIDMappings, spec.Linux.GIDMappings = nil, nil
 }

@@ -18,6 +18,7 @@ const (
 	stopTimeout
 	stopOutput
 	stopCancelled
+	stopCPUTime // the CPU-time watchdog (see run.cpuUsed)
 )
 
 // exitInfo is how the program's init process ended.
@@ -39,6 +40,8 @@ func verdict(e exitInfo, stop stopReason, u limits.Usage, l limits.Set) (Status,
 		return StatusOutputLimit, fmt.Sprintf("output passed the %s per-stream limit; the run was killed", limits.FormatSize(l.OutputBytes))
 	case stopTimeout:
 		return StatusTimeout, fmt.Sprintf("wall-clock limit of %s reached; the run was killed", l.Timeout)
+	case stopCPUTime:
+		return StatusTimeout, fmt.Sprintf("CPU-time limit of %s reached; the run was killed", l.CPUTime.Round(time.Millisecond))
 	}
 	if u.OOMKills > 0 {
 		return StatusMemoryLimit, fmt.Sprintf("memory limit of %s reached: the kernel killed %d process(es)", limits.FormatSize(l.MemoryBytes), u.OOMKills)

@@ -24,6 +24,7 @@ func TestVerdict(t *testing.T) {
 		{"oom under a shell that exits 0", exitInfo{code: 0}, stopNone, limits.Usage{OOMKills: 1}, StatusMemoryLimit},
 		{"oom of init", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{OOMKills: 1}, StatusMemoryLimit},
 		{"wall clock", exitInfo{code: 137, signal: syscall.SIGKILL}, stopTimeout, limits.Usage{}, StatusTimeout},
+		{"cpu watchdog (gVisor)", exitInfo{code: 137, signal: syscall.SIGKILL}, stopCPUTime, limits.Usage{}, StatusTimeout},
 		{"cpu soft limit", exitInfo{code: 152, signal: syscall.SIGXCPU}, stopNone, limits.Usage{}, StatusTimeout},
 		{"cpu hard limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: l.CPUTime + time.Millisecond}, StatusTimeout},
 		{"sigkill below cpu limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: time.Millisecond}, StatusError},

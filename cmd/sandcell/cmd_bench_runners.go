@@ -38,7 +38,7 @@ type benchRunner struct {
 }
 
 // benchRunnerKeys are the runners in column order.
-var benchRunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "fresh", "gvisor"}
+var benchRunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh", "gvisor"}
 
 // runners are the available runners, all or those of list (keys of
 // benchRunnerKeys). A runner named in list that is not available is an
@@ -55,7 +55,8 @@ func (b *bencher) runners(list string) ([]benchRunner, error) {
 		{key: "bare", name: "bare host", throughput: true, run: b.bare},
 		{key: "bwrap", name: "bwrap", run: b.bwrap},
 		{key: "runc", name: "runc CLI", run: b.runcCLI},
-		{key: "runsc", name: "runsc CLI", run: b.runscCLI},
+		{key: "runsc", name: "runsc CLI", run: b.runscCLI(false)},
+		{key: "runsc-cg", name: "runsc CLI (cgroup)", run: b.runscCLI(true)},
 		{key: "fresh", name: "sandcell fresh", throughput: true, run: b.sandcell(execRequest{Isolation: "runc"})},
 		{key: "gvisor", name: "sandcell gvisor", run: b.sandcell(execRequest{Isolation: "gvisor"})},
 	}
@@ -68,6 +69,7 @@ func (b *bencher) runners(list string) ([]benchRunner, error) {
 	}
 	if b.gvErr != nil {
 		missing["runsc"] = b.gvErr.Error()
+		missing["runsc-cg"] = b.gvErr.Error()
 		missing["gvisor"] = b.gvErr.Error()
 	}
 	want := map[string]bool{}
@@ -271,9 +273,18 @@ func (b *bencher) runcCLI(ctx context.Context, c *benchCase, _ int) (string, err
 }
 
 // runscCLI runs each phase with `runsc run` on a bundle of the spec
-// sandcell's gVisor backend uses, with the same flags (as issue #7's
-// comparison: no cgroup, --ignore-cgroups).
-func (b *bencher) runscCLI(ctx context.Context, c *benchCase, _ int) (string, error) {
+// sandcell's gVisor backend uses. Without cgroup, with the same flags
+// (issue #7's comparison: --ignore-cgroups, so the CLI enforces no
+// limit); with cgroup, runsc itself creates the run's cgroup from the
+// bundle, with the limits sandcell's gVisor runs get (oci.GVisorResources):
+// the same work sandcell does, done by the CLI.
+func (b *bencher) runscCLI(cgroup bool) func(ctx context.Context, c *benchCase, _ int) (string, error) {
+	return func(ctx context.Context, c *benchCase, _ int) (string, error) {
+		return b.runscCLIRun(ctx, c, cgroup)
+	}
+}
+
+func (b *bencher) runscCLIRun(ctx context.Context, c *benchCase, cgroup bool) (string, error) {
 	dir, err := b.workDir(c, "runsc", b.uid)
 	if err != nil {
 		return "", err
@@ -285,11 +296,24 @@ func (b *bencher) runscCLI(ctx context.Context, c *benchCase, _ int) (string, er
 		bundle := filepath.Join(dir, "bundle"+strconv.Itoa(i))
 		req := &oci.Request{Root: c.root, Args: ph.args, Env: c.lang.Env, Limits: ph.lim}
 		host := oci.Host{WorkDir: filepath.Join(dir, "work"), UIDBase: uint32(b.a.cfg.UIDBase), Seccomp: b.gvFilter}
-		if err := writeBundle(bundle, req, host); err != nil {
+		flags := []string{"--ignore-cgroups"}
+		if cgroup {
+			host.CgroupsPath, flags = b.a.parent.ChildPath(id), nil
+		}
+		spec, err := oci.Spec(req, host)
+		if err != nil {
 			return "", err
 		}
-		out, err = cliPhase(ctx, "runsc run", []string{b.gv.Path(), "--root", filepath.Join(dir, "state"), "--platform", b.gv.Platform(),
-			"--network", "none", "--oci-seccomp", "--ignore-cgroups", "run", "--bundle", bundle, id}, nil)
+		spec.Linux.Resources = oci.GVisorResources(spec.Linux.Resources)
+		if err := oci.WriteBundle(bundle, spec); err != nil {
+			return "", err
+		}
+		args := append([]string{b.gv.Path(), "--root", filepath.Join(dir, "state"), "--platform", b.gv.Platform(),
+			"--network", "none", "--oci-seccomp"}, flags...)
+		out, err = cliPhase(ctx, "runsc run", append(args, "run", "--bundle", bundle, id), nil)
+		if cgroup {
+			_ = b.a.parent.RemoveChild(id)
+		}
 		if err != nil {
 			return "", err
 		}

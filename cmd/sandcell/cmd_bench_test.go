@@ -221,7 +221,7 @@ func TestBenchMarkdown(t *testing.T) {
 		"| c hello | 70.00 | 1.21x | 1.56x | - |",
 		"| fresh run of `true`: p50 at most 10 ms over the bare process | 7.50 ms over (9.00 against 1.50) | yes |",
 		"| fresh run of `true`: at least 2.5x faster than `runc run` (runc CLI p50 / sandcell p50) | 6.11x | yes |",
-		"| gVisor: sandcell gvisor p50 at most 1.0x the runsc CLI on the same bundle | 1.10x (python) | no |",
+		"| gVisor: sandcell gvisor p50 at most 1.0x the runsc CLI on the same bundle (--ignore-cgroups: no limits) | 1.10x (python) | no |",
 		"| `true` | sandcell fresh | 22.5 | 37.0 | 35.0 |",
 	} {
 		if !strings.Contains(md, want) {
@@ -302,7 +302,7 @@ func TestBenchReal(t *testing.T) {
 	want := []string{"bare host", "bwrap", "runc CLI", "sandcell fresh"}
 	_, runscErr := exec.LookPath("runsc")
 	if runscErr == nil || os.Getenv("CI") == "true" {
-		want = append(want, "runsc CLI", "sandcell gvisor")
+		want = append(want, "runsc CLI", "runsc CLI (cgroup)", "sandcell gvisor")
 	}
 	var header []string
 	rows := 0

@@ -122,6 +122,9 @@ func doctorChecks(ctx context.Context, cfg Config) []check {
 		platform, perr := info.ChoosePlatform(oci.RunscConfig{Platform: cfg.RunscPlatform, AllowKVM: cfg.RunscAllowKVM})
 		runsc.OK = perr == nil
 		runsc.Detail = fmt.Sprintf("%s, %s, platforms %s, using %s", info.Path, info.Version, strings.Join(info.Platforms, "/"), platform)
+		if _, _, rootless := rootlessIDs(); rootless {
+			runsc.Detail += "; rootless: runsc --rootless in sandcell's user namespace, CPU time by sandcell's watchdog"
+		}
 		if perr != nil {
 			runsc.Detail, runsc.Fix = perr.Error(), "choose --runsc-platform from: "+strings.Join(info.Platforms, ", ")
 		}

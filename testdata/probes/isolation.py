@@ -7,6 +7,16 @@ import os
 import socket
 
 
+def interfaces():
+    # /proc/net/dev lists the network namespace's interfaces under every
+    # runtime; a current gVisor has no /sys/class/net with --network=none.
+    try:
+        with open("/proc/net/dev") as f:
+            return sorted(line.split(":")[0].strip() for line in f.readlines()[2:] if ":" in line)
+    except OSError:
+        return sorted(os.listdir("/sys/class/net"))
+
+
 def status_field(name):
     with open("/proc/self/status") as f:
         for line in f:
@@ -51,7 +61,7 @@ out = {
     "cap_bnd": status_field("CapBnd"),
     "no_new_privs": status_field("NoNewPrivs"),
     "seccomp": status_field("Seccomp"),
-    "interfaces": sorted(os.listdir("/sys/class/net")),
+    "interfaces": interfaces(),
     "hostname": socket.gethostname(),
     "env": dict(os.environ),
     "cwd": os.getcwd(),
