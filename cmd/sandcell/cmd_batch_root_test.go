@@ -58,9 +58,10 @@ func lastLines(s string, n int) string {
 
 // TestBatchHumanEvalCanonical runs every canonical solution of HumanEval-X
 // (164 problems x 6 languages) through sandcell batch at concurrency 2:
-// each must pass its own tests, as it does under the original harness. A
-// failure names every problem that did not pass and why. With -short only
-// python and javascript run.
+// each must pass its own tests, as it does under the original harness,
+// except the three javascript ones that fail there too (knownFailures),
+// which must fail for their known reason. A failure names every problem
+// that did not behave and why. With -short only python and javascript run.
 func TestBatchHumanEvalCanonical(t *testing.T) {
 	langs := humaneval.Languages()
 	if testing.Short() {
@@ -77,6 +78,10 @@ func TestBatchHumanEvalCanonical(t *testing.T) {
 			switch {
 			case !ok:
 				failed = append(failed, id+": no result")
+			case knownFailures[id] != nil:
+				if msg := knownFailures[id](o); msg != "" {
+					failed = append(failed, id+": "+msg)
+				}
 			case o.Verdict != verdictAccepted:
 				detail := o.Error
 				if o.Result != nil {
@@ -89,6 +94,35 @@ func TestBatchHumanEvalCanonical(t *testing.T) {
 	if len(failed) > 0 {
 		t.Errorf("%d of %d canonical solutions did not pass:\n%s", len(failed), 164*len(langs), strings.Join(failed, "\n"))
 	}
+}
+
+// knownFailures are the canonical solutions that fail under the original
+// harness too, whatever the sandbox: each check says what is wrong if the
+// run did not fail for the known reason.
+var knownFailures = map[string]func(batchOutput) string{
+	// The dataset's solution is wrong: it returns (z, false), the comma
+	// operator's false, not the pair the test wants.
+	"JavaScript/112": failsAssertion,
+	// The dataset's solution is wrong: evenOddCount(0) is [0, 0], the test
+	// wants [1, 0].
+	"JavaScript/155": failsAssertion,
+	// The solution requires the npm module js-md5, which Debian does not
+	// ship: it passes once the javascript layer has it.
+	"JavaScript/162": func(o batchOutput) string {
+		if o.Verdict == verdictAccepted || (o.Verdict == verdictWrongAnswer && strings.Contains(stderrOf(o), "Cannot find module 'js-md5'")) {
+			return ""
+		}
+		return fmt.Sprintf("verdict %s, stderr %q: want accepted, or wrong_answer for the missing module js-md5", o.Verdict, clip(stderrOf(o)))
+	},
+}
+
+// failsAssertion checks a known-wrong javascript solution: the harness's
+// rule must fail it for its failed console.assert.
+func failsAssertion(o batchOutput) string {
+	if o.Verdict == verdictWrongAnswer && strings.Contains(stderrOf(o), "Assertion failed") {
+		return ""
+	}
+	return fmt.Sprintf("a known-wrong solution: verdict %s, stderr %q; want wrong_answer for \"Assertion failed\"", o.Verdict, clip(stderrOf(o)))
 }
 
 func clip(s string) string {
