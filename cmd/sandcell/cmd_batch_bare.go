@@ -54,7 +54,16 @@ func compareBareHost(ctx context.Context, env *cliEnv, a *app, jobs []batchJob, 
 		for _, c := range levels {
 			b := &batch{exec: a.execute, concurrency: c, log: env.log}
 			sPass, sWall := timeBatch(ctx, c, js, func(ctx context.Context, _ int, j batchJob) bool {
-				return b.one(ctx, j).Verdict == verdictAccepted
+				o := b.one(ctx, j)
+				if o.Verdict != verdictAccepted {
+					var res oci.Result
+					if o.Result != nil {
+						res = *o.Result
+					}
+					env.log.Warn("sandcell run did not pass", "id", j.id, "verdict", o.Verdict, "error", o.Error,
+						"status", res.Status, "exit_code", res.ExitCode, "stdout", clip(res.Stdout), "stderr", clip(res.Stderr))
+				}
+				return o.Verdict == verdictAccepted
 			})
 			bare, err := newBareRoots(root, c)
 			if err != nil {
@@ -62,8 +71,8 @@ func compareBareHost(ctx context.Context, env *cliEnv, a *app, jobs []batchJob, 
 			}
 			bPass, bWall := timeBatch(ctx, c, js, func(ctx context.Context, slot int, j batchJob) bool {
 				ok, err := bare.run(ctx, slot, lang, j)
-				if err != nil {
-					env.log.Warn("bare run", "id", j.id, "err", err)
+				if err != nil || !ok {
+					env.log.Warn("bare run did not pass", "id", j.id, "err", err)
 				}
 				return ok
 			})
@@ -230,4 +239,12 @@ func (b *bareRoots) run(ctx context.Context, slot int, lang rootfs.Language, j b
 		return res.Status == oci.StatusOK, nil
 	}
 	return j.judge(res) == verdictAccepted, nil
+}
+
+// clip shortens s to at most 400 bytes for a message.
+func clip(s string) string {
+	if len(s) > 400 {
+		return s[:400] + "..."
+	}
+	return s
 }

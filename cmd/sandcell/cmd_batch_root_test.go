@@ -125,13 +125,6 @@ func failsAssertion(o batchOutput) string {
 	return fmt.Sprintf("a known-wrong solution: verdict %s, stderr %q; want wrong_answer for \"Assertion failed\"", o.Verdict, clip(stderrOf(o)))
 }
 
-func clip(s string) string {
-	if len(s) > 400 {
-		return s[:400] + "..."
-	}
-	return s
-}
-
 // TestBatchHumanEvalWrongSolution: in every language, a wrong solution of
 // HumanEval/53 (add: x - y for x + y) fails its tests (wrong_answer, which
 // for javascript means the harness's rule on stderr), while the right one
