@@ -51,6 +51,9 @@ func languagesArg(names []string, def []rootfs.Language) ([]rootfs.Language, err
 	var langs []rootfs.Language
 	for _, n := range names {
 		l, err := rootfs.Lookup(n)
+		if inst, ierr := rootfs.InstallerFor(n); err != nil && ierr == nil && inst.Name == n {
+			l, err = inst.Layer(), nil // an installer's layer: "rootfs build python-pip"
+		}
 		if err != nil {
 			return nil, err
 		}
