@@ -88,6 +88,11 @@ type SandboxOptions struct {
 	ExecuteToolOptions
 	// MaxFileBytes caps write_file's content (0: 16 MiB).
 	MaxFileBytes int
+	// Installer, if set, adds install_dependencies and execute_code's
+	// dependencies argument; InstallLanguages are the languages it
+	// installs for (the schema's enum). Nil: installs are off.
+	Installer        Installer
+	InstallLanguages []string
 }
 
 // AddSandboxTools registers sandcell's whole tool set over sb: the run
@@ -104,6 +109,10 @@ func AddSandboxTools(s *Server, sb Sandbox, opts *SandboxOptions) {
 		o.MaxFileBytes = 16 << 20
 	}
 	eo := o.ExecuteToolOptions
+	if o.Installer != nil {
+		eo.Dependencies = true
+		addInstallTool(s, o.Installer, o.InstallLanguages)
+	}
 	AddExecuteCode(s, sb, &eo)
 	AddRunCommand(s, sb, &eo)
 	AddRunScript(s, sb, &eo)

@@ -273,6 +273,20 @@ func (i Installer) NormaliseRequirements(reqs []string) ([]string, error) {
 	return out, nil
 }
 
+// RequirementName is the package name of a normalised requirement.
+func (i Installer) RequirementName(req string) string {
+	if i.Names == "npm" {
+		if at := strings.LastIndexByte(req, '@'); at > 0 {
+			return req[:at]
+		}
+		return req
+	}
+	if end := strings.IndexAny(req, "[=<>!~"); end >= 0 {
+		return req[:end]
+	}
+	return req
+}
+
 func truncateReq(s string) string {
 	if len(s) > 60 {
 		return s[:60] + "..."
