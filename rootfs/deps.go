@@ -474,7 +474,7 @@ func (s *Store) InstallDependency(ctx context.Context, in DepInstall) (root stri
 		return "", DepManifest{}, false, err
 	}
 	out := filepath.Join(layer, "root")
-	bytes, files, err := copyUntrusted(stage, out, maxFiles)
+	bytes, files, err := copyUntrusted(stage, out, in.MaxBytes, maxFiles)
 	if err != nil {
 		return "", DepManifest{}, false, fmt.Errorf("copy the installed files: %w", err)
 	}
@@ -505,8 +505,10 @@ func (s *Store) InstallDependency(ctx context.Context, in DepInstall) (root stri
 // now dead) to dst, a new directory. Entries are opened through os.Root
 // with O_NOFOLLOW, so a planted symlink is copied as a link, never
 // followed onto the host (CVE-2024-28185: Judge0 followed a symlink its
-// sandbox planted). FIFOs, sockets and devices are skipped.
-func copyUntrusted(src, dst string, maxFiles int) (bytes int64, files int, err error) {
+// sandbox planted). FIFOs, sockets and devices are skipped. maxBytes
+// caps the apparent size copied: a sparse file costs the tmpfs nothing
+// but would be written out in full.
+func copyUntrusted(src, dst string, maxBytes int64, maxFiles int) (bytes int64, files int, err error) {
 	from, err := os.OpenRoot(src)
 	if err != nil {
 		return 0, 0, err
@@ -543,6 +545,9 @@ func copyUntrusted(src, dst string, maxFiles int) (bytes int64, files int, err e
 			info, err := d.Info()
 			if err != nil {
 				return err
+			}
+			if bytes+info.Size() > maxBytes {
+				return fmt.Errorf("the installed files take more than %d bytes", maxBytes)
 			}
 			mode := fs.FileMode(0o644)
 			if info.Mode()&0o111 != 0 {

@@ -2,9 +2,13 @@ package rootfs
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestInstallersInCatalogue(t *testing.T) {
@@ -128,5 +132,45 @@ func TestDepKeyAndArgv(t *testing.T) {
 	}
 	if _, err := pip.Argv("http://user:pw@evil/", nil); err == nil {
 		t.Error("an index URL with credentials was accepted")
+	}
+}
+
+// TestCopyUntrusted: links are copied, never followed; special files are
+// dropped; modes are normalised; a sparse file past the cap is refused.
+func TestCopyUntrusted(t *testing.T) {
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "pkg", "sub"), 0o700)
+	os.WriteFile(filepath.Join(src, "pkg", "a.py"), []byte("x = 1\n"), 0o600)
+	os.WriteFile(filepath.Join(src, "pkg", "tool"), []byte("#!/bin/sh\n"), 0o4755)
+	os.Symlink("/etc/shadow", filepath.Join(src, "pkg", "escape"))
+	unix.Mkfifo(filepath.Join(src, "pkg", "fifo"), 0o644)
+	dst := filepath.Join(t.TempDir(), "root")
+	n, files, err := copyUntrusted(src, dst, 1<<20, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(len("x = 1\n")+len("#!/bin/sh\n")) || files != 5 {
+		t.Errorf("copied %d bytes, %d entries", n, files)
+	}
+	if target, err := os.Readlink(filepath.Join(dst, "pkg", "escape")); err != nil || target != "/etc/shadow" {
+		t.Errorf("symlink: %q %v (want it copied as a link)", target, err)
+	}
+	for name, want := range map[string]os.FileMode{"pkg/a.py": 0o644, "pkg/tool": 0o755, "pkg/sub": os.ModeDir | 0o755} {
+		fi, err := os.Lstat(filepath.Join(dst, name))
+		if err != nil || fi.Mode() != want {
+			t.Errorf("%s: mode %v %v, want %v", name, fi.Mode(), err, want)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "pkg", "fifo")); err == nil {
+		t.Error("a fifo was copied")
+	}
+	sparse, _ := os.Create(filepath.Join(src, "sparse"))
+	sparse.Truncate(1 << 30)
+	sparse.Close()
+	if _, _, err := copyUntrusted(src, filepath.Join(t.TempDir(), "root"), 1<<20, 100); err == nil {
+		t.Error("a 1 GiB sparse file passed a 1 MiB cap")
+	}
+	if _, _, err := copyUntrusted(src, filepath.Join(t.TempDir(), "root"), 2<<30, 3); err == nil {
+		t.Error("6 entries passed a cap of 3")
 	}
 }
