@@ -207,7 +207,7 @@ func TestInstallDependencies(t *testing.T) {
 	for _, tc := range []struct {
 		lang, pkg, again, norm, prog string
 	}{
-		{"python", "SandcellFixture==1.0", "sandcell_fixture == 1.0", "sandcellfixture==1.0",
+		{"python", "SandcellFixture==1.0", " SandCellFixture == 1.0 ", "sandcellfixture==1.0",
 			"import sandcellfixture, os\nprint(sandcellfixture.VALUE)\n"},
 		{"javascript", "sandcell-fixture@1.0.0", "sandcell-fixture@1.0.0", "sandcell-fixture@1.0.0",
 			"console.log(require('sandcell-fixture').value);\n"},
@@ -277,6 +277,36 @@ func TestInstallDependencies(t *testing.T) {
 			Source: []byte("open('/tmp/deps/sandcellfixture/__init__.py', 'w').write('x')\n")})
 		if out.Status == "ok" || !strings.Contains(out.Stderr, "Read-only file system") {
 			t.Errorf("writing into the dependency layer: %s stderr %q", out.Status, out.Stderr)
+		}
+	})
+
+	t.Run("mcp", func(t *testing.T) {
+		// End to end through the MCP server as cmd serve wires it: the
+		// tool is listed, the set installed above is a cache hit, and
+		// execute_code's dependencies mount it.
+		conn := newMCPConn(t, newMCPServer(h.a, h.ws))
+		call := func(tool string, args map[string]any) map[string]any {
+			t.Helper()
+			resp, err := conn.call(ctx, "tools/call", map[string]any{"name": tool, "arguments": args})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, _ := resp["result"].(map[string]any)
+			if r == nil {
+				t.Fatalf("%s: %v", tool, resp)
+			}
+			return r
+		}
+		r := call("install_dependencies", map[string]any{"language": "python", "packages": []string{"sandcellfixture==1.0"}})
+		sc, _ := r["structuredContent"].(map[string]any)
+		if r["isError"] == true || sc["cached"] != true {
+			t.Errorf("install_dependencies over MCP: %v", r)
+		}
+		r = call("execute_code", map[string]any{"language": "python", "source": "import sandcellfixture\nprint(sandcellfixture.VALUE)\n",
+			"dependencies": []string{"sandcellfixture==1.0"}})
+		sc, _ = r["structuredContent"].(map[string]any)
+		if sc == nil || sc["status"] != "ok" || strings.TrimSpace(fmt.Sprint(sc["stdout"])) != h.index.value {
+			t.Errorf("execute_code with dependencies over MCP: %v", r)
 		}
 	})
 
