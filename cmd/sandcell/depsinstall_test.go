@@ -13,13 +13,16 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -478,5 +481,54 @@ print(json.dumps(out))
 	}
 	if n := accepted.Load(); n != 0 {
 		t.Errorf("the host's loopback listener accepted %d connections from sandboxes", n)
+	}
+}
+
+// TestDepsFlags parses the install settings and checks the allowlist an
+// install gets: the operator's (or the catalogue's) plus the index.
+func TestDepsFlags(t *testing.T) {
+	parse := func(args ...string) (Config, error) {
+		c := DefaultConfig()
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c.addFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			return c, err
+		}
+		return c, c.validateDeps()
+	}
+	c, err := parse("--deps-index", "py=http://Mirror.test:8080/simple", "--egress-host", "mirror.test=10.0.0.5", "--egress-allow", "javascript=registry.test:443", "--deps-max-size", "100MiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DepsMaxBytes != 100<<20 || c.EgressHosts["mirror.test"][0].String() != "10.0.0.5" {
+		t.Errorf("parsed %+v", c)
+	}
+	a := &app{cfg: c}
+	py, _ := rootfs.Lookup("python")
+	_, index, allow, err := a.installer(py)
+	if err != nil || index != "http://Mirror.test:8080/simple" || !slices.Contains(allow, "mirror.test:8080") || !slices.Contains(allow, "pypi.org:443") {
+		t.Errorf("python install: index %q allow %q %v", index, allow, err)
+	}
+	js, _ := rootfs.Lookup("javascript")
+	_, index, allow, err = a.installer(js)
+	if err != nil || index != "https://registry.npmjs.org/" || !slices.Equal(allow, []string{"registry.test:443", "registry.npmjs.org:443"}) {
+		t.Errorf("javascript install: index %q allow %q %v", index, allow, err)
+	}
+	a.cfg.NoInstall = true
+	if _, _, _, err := a.installer(py); err == nil || !strings.Contains(err.Error(), "turned off") {
+		t.Errorf("installs off: %v", err)
+	}
+	for _, bad := range [][]string{
+		{"--deps-index", "python=ftp://x/"},
+		{"--deps-index", "sh=https://x/"},
+		{"--egress-allow", "python=127.0.0.1:80"},
+		{"--egress-allow", "python=pypi.org"},
+		{"--egress-host", "mirror.test"},
+		{"--egress-host", "bad name=127.0.0.1"},
+	} {
+		if _, err := parse(bad...); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
