@@ -75,7 +75,11 @@ func cmdBuild(ctx context.Context, env *cliEnv, args []string) int {
 		}
 		return 2
 	}
-	langs, err := languagesArg(fs.Args(), rootfs.Languages())
+	all := rootfs.Languages()
+	for _, inst := range rootfs.Installers() {
+		all = append(all, inst.Layer()) // the package managers' layers (install_dependencies)
+	}
+	langs, err := languagesArg(fs.Args(), all)
 	if err != nil {
 		return env.fail(err)
 	}
