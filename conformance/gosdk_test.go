@@ -35,8 +35,8 @@ func exerciseSandcell(t *testing.T, ctx context.Context, cs *mcp.ClientSession, 
 	if err != nil {
 		t.Fatalf("ListTools: %v", err)
 	}
-	if len(tools.Tools) != 11 || tools.Tools[0].Name != "execute_code" {
-		t.Fatalf("%d tools, first %q; want 11, execute_code first", len(tools.Tools), tools.Tools[0].Name)
+	if len(tools.Tools) != 12 || tools.Tools[0].Name != "execute_code" {
+		t.Fatalf("%d tools, first %q; want 12 (install_dependencies last), execute_code first", len(tools.Tools), tools.Tools[0].Name)
 	}
 	for _, tool := range tools.Tools {
 		if a := tool.Annotations; a == nil || a.DestructiveHint == nil || a.OpenWorldHint == nil {

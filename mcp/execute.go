@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,6 +55,10 @@ type ExecuteRequest struct {
 	Isolation string
 	// SessionID, if set, runs with the session's persistent /work.
 	SessionID string
+	// Dependencies are packages the run needs (execute_code's
+	// dependencies): their dependency layer is mounted read-only,
+	// installed first if no run asked for the same set before.
+	Dependencies []string
 	// Output, if set, receives the program's output while it runs (the
 	// caller asked for progress). stream is "stdout" or "stderr", prefixed
 	// with "compile " in a compile phase. It must not block.
@@ -120,6 +125,9 @@ type ExecuteInput struct {
 	Args      []string    `json:"args,omitempty" jsonschema:"command-line arguments for the program"`
 	Files     []InputFile `json:"files,omitempty" jsonschema:"files placed in /work before the program runs"`
 	SessionID string      `json:"session_id,omitempty" jsonschema:"run in this session: its /work persists between calls (see create_session); default: a one-shot run that leaves nothing"`
+	// Dependencies is offered only when the server installs packages
+	// (ExecuteToolOptions.Dependencies).
+	Dependencies []string `json:"dependencies,omitempty" jsonschema:"packages the program imports (e.g. requests==2.31.0): installed once from the allowlisted index (see install_dependencies), then mounted read-only"`
 	RunOptions
 }
 
@@ -159,6 +167,9 @@ type ExecuteToolOptions struct {
 	ProgressEvery time.Duration
 	// MaxSourceBytes caps source, command and file contents (0: 4 MiB).
 	MaxSourceBytes int
+	// Dependencies offers execute_code's dependencies argument (the
+	// executor installs packages). Off: the argument is refused.
+	Dependencies bool
 }
 
 func (o *ExecuteToolOptions) withDefaults() ExecuteToolOptions {
@@ -207,6 +218,14 @@ func runSchema[T any](o ExecuteToolOptions) *jsonschema.Schema {
 			s.MaxLength = Ptr(o.MaxSourceBytes)
 		}
 	}
+	if s := p["dependencies"]; s != nil {
+		if o.Dependencies {
+			s.MaxItems = Ptr(64)
+		} else {
+			delete(p, "dependencies")
+			in.PropertyOrder = slices.DeleteFunc(in.PropertyOrder, func(n string) bool { return n == "dependencies" })
+		}
+	}
 	p["timeout_ms"].Minimum = Ptr(1.0)
 	p["memory_mb"].Minimum = Ptr(8.0)
 	p["isolation"].Enum = []any{"runc", "gvisor"}
@@ -243,7 +262,8 @@ func AddExecuteCode(s *Server, exec Executor, opts *ExecuteToolOptions) {
 		if err != nil {
 			return nil, ExecuteResult{}, err
 		}
-		er := ExecuteRequest{Language: in.Language, Source: []byte(in.Source), Args: in.Args, Files: files, SessionID: in.SessionID}
+		er := ExecuteRequest{Language: in.Language, Source: []byte(in.Source), Args: in.Args, Files: files, SessionID: in.SessionID,
+			Dependencies: in.Dependencies}
 		return runTool(ctx, s, exec, req, o, er, in.RunOptions)
 	})
 }

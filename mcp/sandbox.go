@@ -88,13 +88,19 @@ type SandboxOptions struct {
 	ExecuteToolOptions
 	// MaxFileBytes caps write_file's content (0: 16 MiB).
 	MaxFileBytes int
+	// Installer, if set, adds install_dependencies and execute_code's
+	// dependencies argument; InstallLanguages are the languages it
+	// installs for (the schema's enum). Nil: installs are off.
+	Installer        Installer
+	InstallLanguages []string
 }
 
 // AddSandboxTools registers sandcell's whole tool set over sb: the run
 // tools (execute_code, run_command, run_script), the sessions
 // (create_session, close_session, reset_session), their files
-// (list_files, read_file, write_file, delete_file), list_languages, and
-// the session files as resources (sandbox://{session}/{+path}).
+// (list_files, read_file, write_file, delete_file), list_languages,
+// install_dependencies when opts.Installer is set, and the session files
+// as resources (sandbox://{session}/{+path}).
 func AddSandboxTools(s *Server, sb Sandbox, opts *SandboxOptions) {
 	var o SandboxOptions
 	if opts != nil {
@@ -104,12 +110,16 @@ func AddSandboxTools(s *Server, sb Sandbox, opts *SandboxOptions) {
 		o.MaxFileBytes = 16 << 20
 	}
 	eo := o.ExecuteToolOptions
+	eo.Dependencies = o.Installer != nil
 	AddExecuteCode(s, sb, &eo)
 	AddRunCommand(s, sb, &eo)
 	AddRunScript(s, sb, &eo)
 	addSessionTools(s, sb)
 	addFileTools(s, sb, o)
 	addListLanguages(s, sb)
+	if o.Installer != nil {
+		addInstallTool(s, o.Installer, o.InstallLanguages)
+	}
 
 	s.AddResourceTemplate(ResourceTemplate{URITemplate: FileTemplate, Name: "session-file", Title: "A file of a sandbox session",
 		Description: "A file in the persistent /work of a session (see create_session)."},

@@ -249,6 +249,15 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 	}
 	c.proc = p
 	go c.reap()
+	if req.Egress != "" {
+		pid, err := p.Pid()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
+		}
+		if c.egress, err = startEgress(pid, req.Egress, r.log.With("container_id", id)); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -278,6 +287,7 @@ type lcContainer struct {
 	lc      *libcontainer.Container
 	proc    *libcontainer.Process
 	ps      *os.ProcessState // set before run.exited is closed
+	egress  *egressBridge    // network mode egress; nil in mode none
 	cpuBase time.Duration    // cgroup CPU time used before the program ran
 
 	destroyOnce sync.Once
@@ -368,6 +378,9 @@ func (c *lcContainer) Destroy() error {
 
 func (c *lcContainer) destroy() error {
 	var errs []error
+	if c.egress != nil {
+		c.egress.Close()
+	}
 	if c.lc != nil {
 		c.kill()
 		if c.proc != nil {

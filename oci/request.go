@@ -50,6 +50,14 @@ type Request struct {
 	// For output under the cap, the texts of a stream joined are the
 	// result's text of that stream.
 	OnOutput func(stream, text string)
+	// Egress, if set, puts the run in network mode egress: the absolute
+	// path of a unix socket where an allowlisting proxy (package
+	// internal/egress) listens. The run then reaches it at EgressAddr,
+	// and only it (see network.go). Empty: network mode none. Only the
+	// libcontainer backend offers it.
+	Egress string
+	// Mounts are extra bind mounts in /tmp (dependency layers).
+	Mounts []Mount
 }
 
 // Workspace is a session's persistent files (implemented by
@@ -142,6 +150,9 @@ func (r *Request) Validate() error {
 	}
 	if work := r.workBytes(); work > 0 && size > work {
 		return fmt.Errorf("%w: files take %d bytes, more than the %d-byte /work space", ErrInvalidRequest, size, work)
+	}
+	if err := r.checkNetwork(); err != nil {
+		return err
 	}
 	return r.Limits.Validate()
 }

@@ -193,6 +193,9 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	if req.Egress != "" {
+		return nil, fmt.Errorf("%w: network mode egress is not offered under gVisor (isolation runc only)", ErrInvalidRequest)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

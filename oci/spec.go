@@ -160,6 +160,7 @@ func Spec(req *Request, h Host) (*specs.Spec, error) {
 	// Only the harmless character devices (specconv adds null, zero, full,
 	// random, urandom, tty); everything else is denied by the device cgroup.
 	s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}
+	applyNetwork(s, req)
 	if h.SingleID && h.CgroupsPath == "" {
 		noCgroups(s, l)
 	}

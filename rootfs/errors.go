@@ -17,4 +17,12 @@ var (
 	// ErrModified means a layer's files no longer match the tree hash
 	// recorded when it was built.
 	ErrModified = errors.New("layer modified since it was built")
+
+	// ErrNoInstaller means the catalogue has no package manager for the
+	// language.
+	ErrNoInstaller = errors.New("no package installer")
+
+	// ErrInvalidRequirement means a requirement given to an install is
+	// not a package name with an optional version constraint.
+	ErrInvalidRequirement = errors.New("invalid requirement")
 )

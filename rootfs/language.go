@@ -87,6 +87,8 @@ type catalogue struct {
 	Trim      []string   `json:"trim"`
 	Base      Base       `json:"base"`
 	Languages []Language `json:"languages"`
+	// Installers are the package managers (see Installer).
+	Installers []Installer `json:"installers,omitempty"`
 }
 
 // languagesJSON is the catalogue. It is data, not code: adding a language is
@@ -154,6 +156,14 @@ func parseCatalogue(data []byte) (catalogue, error) {
 			seen[k] = l.Name
 		}
 		names[l.Name] = i
+	}
+	for _, in := range c.Installers {
+		if err := in.check(c); err != nil {
+			return catalogue{}, fmt.Errorf("installer %q: %w", in.Name, err)
+		}
+		if _, ok := names[in.Name]; ok {
+			return catalogue{}, fmt.Errorf("installer %q: name is a language's", in.Name)
+		}
 	}
 	// A language may extend only one listed before it: no cycles, and a
 	// build can go down the list.

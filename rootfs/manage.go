@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -349,7 +350,7 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 	} else if ok {
 		liveIDs[ref.hex] = true
 	}
-	for _, l := range cat.Languages {
+	for _, l := range append(slices.Clone(cat.Languages), installerLayers()...) {
 		specs, err := chain(l)
 		if err != nil {
 			return res, err

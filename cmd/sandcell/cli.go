@@ -18,6 +18,7 @@ const usage = `usage: sandcell <command> [flags]
 
 commands:
   run        run one program in a fresh sandbox
+  batch      run a JSON-lines file of programs (or HumanEval-X) and judge them
   serve      serve MCP on stdio, Streamable HTTP (--http) and TCP (--tcp)
   rootfs     build, list, prune and verify language layers (rootfs build|list|prune|verify)
   build      same as rootfs build
@@ -45,6 +46,7 @@ type cliEnv struct {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmds := map[string]command{
 		"run":       cmdRun,
+		"batch":     cmdBatch,
 		"serve":     cmdServe,
 		"build":     cmdBuild,
 		"rootfs":    cmdRootfs,

@@ -51,6 +51,9 @@ func languagesArg(names []string, def []rootfs.Language) ([]rootfs.Language, err
 	var langs []rootfs.Language
 	for _, n := range names {
 		l, err := rootfs.Lookup(n)
+		if inst, ierr := rootfs.InstallerFor(n); err != nil && ierr == nil && inst.Name == n {
+			l, err = inst.Layer(), nil // an installer's layer: "rootfs build python-pip"
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +75,11 @@ func cmdBuild(ctx context.Context, env *cliEnv, args []string) int {
 		}
 		return 2
 	}
-	langs, err := languagesArg(fs.Args(), rootfs.Languages())
+	all := rootfs.Languages()
+	for _, inst := range rootfs.Installers() {
+		all = append(all, inst.Layer()) // the package managers' layers (install_dependencies)
+	}
+	langs, err := languagesArg(fs.Args(), all)
 	if err != nil {
 		return env.fail(err)
 	}

@@ -188,7 +188,9 @@ func newMCPServer(a *app, ws *workspace.Store) *mcp.Server {
 		langs = append(langs, l.Aliases...)
 	}
 	sb := &sandbox{a: a, ws: ws, gate: newGate(a.cfg.MaxRuns, a.cfg.MaxQueue)}
-	mcp.AddSandboxTools(srv, sb, &mcp.SandboxOptions{ExecuteToolOptions: mcp.ExecuteToolOptions{Languages: langs, MaxSourceBytes: maxSourceBytes}})
+	inst, instLangs := sb.installer()
+	mcp.AddSandboxTools(srv, sb, &mcp.SandboxOptions{ExecuteToolOptions: mcp.ExecuteToolOptions{Languages: langs, MaxSourceBytes: maxSourceBytes},
+		Installer: inst, InstallLanguages: instLangs})
 	return srv
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -73,6 +74,23 @@ type Config struct {
 	// 4 x MaxRuns). Past both, a call is refused as busy at once.
 	MaxRuns  int
 	MaxQueue int
+	// Package installs (install_dependencies, execute_code's
+	// dependencies; see depsinstall.go). NoInstall turns them off.
+	// DepsMaxBytes caps one dependency layer (0: 512 MiB), DepsTimeout
+	// one install (0: 5 minutes). DepsIndex maps a language to its index
+	// or registry URL (default: the catalogue's). EgressAllow maps a
+	// language to the host:port pairs its installs may reach through the
+	// egress proxy (default: the catalogue's; the index's own host:port
+	// is always allowed). EgressHosts are names the proxy resolves to the
+	// given addresses instead of asking DNS: the only way to allow a
+	// loopback or private address (a local mirror), since the proxy
+	// refuses names that DNS resolves to one (DNS rebinding).
+	NoInstall    bool
+	DepsMaxBytes int64
+	DepsTimeout  time.Duration
+	DepsIndex    map[string]string
+	EgressAllow  map[string][]string
+	EgressHosts  map[string][]netip.Addr
 }
 
 // DefaultConfig is the configuration of a root server.
@@ -125,6 +143,7 @@ func (c *Config) addFlags(fs *flag.FlagSet) {
 	sizeFlag(fs, &c.SessionQuota, "session-quota", "the most a session's /work may hold (e.g. 256MiB)")
 	fs.IntVar(&c.MaxRuns, "max-runs", c.MaxRuns, "runs at once (default: the number of CPUs)")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "runs waiting for a slot before calls are refused as busy (default 4 x the number of CPUs)")
+	c.addDepsFlags(fs)
 }
 
 // sessionsDir is where the sessions live.
@@ -163,7 +182,7 @@ func (c *Config) Validate() error {
 	if err := c.Ceilings.Validate(); err != nil {
 		return fmt.Errorf("limit ceilings: %w", err)
 	}
-	return nil
+	return c.validateDeps()
 }
 
 // isolations are the backends a run can choose.

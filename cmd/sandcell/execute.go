@@ -43,6 +43,9 @@ type execRequest struct {
 	// OnOutput receives live output (stream "stdout"/"stderr", prefixed
 	// "compile " in a compile phase).
 	OnOutput func(stream, text string)
+	// Mounts are extra read-only mounts of both phases (a dependency
+	// layer, see depsinstall.go).
+	Mounts []oci.Mount
 }
 
 // execute resolves the language and limits and runs the program. For a
@@ -99,7 +102,7 @@ func (a *app) execute(ctx context.Context, er execRequest) (oci.Result, []string
 			return oci.Result{}, notes, err
 		}
 		res, err := oci.Run(ctx, rt, &oci.Request{Root: root, Args: compileArgs, Env: env, Files: files, Limits: lim,
-			Collect: er.Workspace == nil, Workspace: er.Workspace, WorkBytes: er.WorkBytes, OnOutput: output("compile ")})
+			Collect: er.Workspace == nil, Workspace: er.Workspace, WorkBytes: er.WorkBytes, OnOutput: output("compile "), Mounts: er.Mounts})
 		if err != nil {
 			return res, notes, err
 		}
@@ -115,7 +118,7 @@ func (a *app) execute(ctx context.Context, er execRequest) (oci.Result, []string
 		}
 	}
 	res, err := oci.Run(ctx, rt, &oci.Request{Root: root, Args: runArgs, Env: env, Stdin: er.Stdin, Files: files, Limits: runLim,
-		Workspace: er.Workspace, WorkBytes: er.WorkBytes, OnOutput: output("")})
+		Workspace: er.Workspace, WorkBytes: er.WorkBytes, OnOutput: output(""), Mounts: er.Mounts})
 	res.Compile = compile
 	return res, notes, err
 }

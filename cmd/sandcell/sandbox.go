@@ -65,6 +65,13 @@ func (s *sandbox) Execute(ctx context.Context, req mcp.ExecuteRequest) (mcp.Exec
 	} else if req.Script != "" {
 		return mcp.ExecuteResult{}, errors.New("run_script runs a file of a session: give session_id")
 	}
+	deps, err := s.runDeps(ctx, er, req.SessionID, req.Dependencies)
+	if err != nil {
+		return mcp.ExecuteResult{}, err
+	}
+	if deps != nil {
+		er.Mounts, er.Env = deps.mount(), append(er.Env, deps.env...)
+	}
 	leave, err := s.gate.enter(ctx)
 	if err != nil {
 		return mcp.ExecuteResult{}, err
@@ -197,6 +204,7 @@ func (s *sandbox) locked(ctx context.Context, id string, f func(*workspace.Sessi
 func (s *sandbox) CloseSession(ctx context.Context, id string) error {
 	return s.locked(ctx, id, func(*workspace.Session) error {
 		s.a.log.Info("session closed", "session", id)
+		installs.forget(id)
 		return s.ws.Remove(id)
 	})
 }

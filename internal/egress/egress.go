@@ -1,0 +1,461 @@
+// Package egress is the allowlisting HTTP proxy that gives a sandbox in
+// network mode egress (package managers of install_dependencies) its only
+// way out: CONNECT tunnels and plain-HTTP requests to the host:port pairs
+// the operator allowed, nothing else.
+//
+// Threats it defends against, from code running in the sandbox (a
+// package's install script, or a program told to exfiltrate):
+//   - Exfiltration and arbitrary downloads: only allowlisted host:port
+//     pairs are reached; every other target is refused and logged.
+//   - SSRF to the host and its neighbours: raw IP literals are refused
+//     (127.0.0.1, 169.254.169.254, the cloud metadata service, 10.x...),
+//     and an allowlisted name is dialled only at addresses the proxy
+//     resolved itself, never at what the client says.
+//   - DNS rebinding: a name that resolves to a loopback, private,
+//     link-local, CGNAT, multicast or unspecified address is refused (an
+//     attacker who controls an allowlisted name's DNS, or a compromised
+//     index that redirects to such a name, cannot reach the host's own
+//     services or the metadata service), unless the operator mapped the
+//     name to its addresses explicitly (Config.Hosts). The address dialled
+//     is the one checked: no second lookup between check and dial.
+//
+// The proxy speaks to clients through any net.Listener; sandcell serves it
+// on a unix socket that oci bridges into the sandbox's network namespace,
+// so the proxy could as well be a separate process.
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrRefused is the class of every refusal.
+var ErrRefused = errors.New("egress refused")
+
+// Config is a proxy's policy. The zero value refuses everything.
+type Config struct {
+	// Allow are the host:port pairs that may be reached, e.g.
+	// "pypi.org:443". Hosts are DNS names (case-insensitive, a trailing
+	// dot ignored); IP literals are refused by New.
+	Allow []string
+	// Hosts maps names to the addresses to use instead of DNS. The
+	// operator sets them (--egress-host NAME=IP): such an address may be
+	// loopback or private (a local mirror), as the operator chose it.
+	Hosts map[string][]netip.Addr
+	// Resolve looks a name up (nil: the system resolver). Its answers
+	// must be public addresses.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Dial connects to an address that passed the policy (nil: a
+	// net.Dialer with DialTimeout).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// DialTimeout bounds a connection attempt (0: 10s); HeaderTimeout
+	// the reading of a request's header (0: 30s).
+	DialTimeout   time.Duration
+	HeaderTimeout time.Duration
+	// Logger receives a warning per refusal; nil discards.
+	Logger *slog.Logger
+	// Labels are added to every log line (e.g. "install", key).
+	Labels []any
+}
+
+// Proxy is a running policy. Serve it on a listener; Close ends it.
+type Proxy struct {
+	allow   map[string]bool // "host:port", host normalised
+	hosts   map[string][]netip.Addr
+	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	hdrTO   time.Duration
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	closed bool
+	ls     []net.Listener
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+// New checks cfg and makes a proxy.
+func New(cfg Config) (*Proxy, error) {
+	p := &Proxy{allow: map[string]bool{}, hosts: map[string][]netip.Addr{}, conns: map[net.Conn]struct{}{}}
+	for _, hp := range cfg.Allow {
+		host, port, err := splitTarget(hp, "")
+		if err != nil {
+			return nil, fmt.Errorf("allow %q: %w", hp, err)
+		}
+		if _, err := netip.ParseAddr(host); err == nil {
+			return nil, fmt.Errorf("allow %q: an IP address; allow a name (and map it with a host entry if it has no DNS)", hp)
+		}
+		p.allow[net.JoinHostPort(host, port)] = true
+	}
+	for name, addrs := range cfg.Hosts {
+		n := normHost(name)
+		if !validName(n) || len(addrs) == 0 {
+			return nil, fmt.Errorf("host %q: a DNS name with at least one address", name)
+		}
+		p.hosts[n] = slices.Clone(addrs)
+	}
+	p.resolve = cfg.Resolve
+	if p.resolve == nil {
+		p.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	dt := cfg.DialTimeout
+	if dt <= 0 {
+		dt = 10 * time.Second
+	}
+	p.dial = cfg.Dial
+	if p.dial == nil {
+		d := &net.Dialer{Timeout: dt}
+		p.dial = d.DialContext
+	}
+	p.hdrTO = cfg.HeaderTimeout
+	if p.hdrTO <= 0 {
+		p.hdrTO = 30 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p.log = log.With(cfg.Labels...)
+	return p, nil
+}
+
+// Serve accepts clients on l until l fails or Close is called.
+func (p *Proxy) Serve(l net.Listener) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		l.Close()
+		return net.ErrClosed
+	}
+	p.ls = append(p.ls, l)
+	p.mu.Unlock()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		if !p.track(c, true) {
+			c.Close()
+			return net.ErrClosed
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer p.track(c, false)
+			defer c.Close()
+			p.serveConn(c)
+		}()
+	}
+}
+
+// track adds (or removes) a live connection; false when closed.
+func (p *Proxy) track(c net.Conn, add bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !add {
+		delete(p.conns, c)
+		return true
+	}
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+// Close stops the listeners, cuts every connection (tunnels included)
+// and waits for their goroutines.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	for _, l := range p.ls {
+		l.Close()
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return nil
+}
+
+// serveConn serves one client: CONNECT opens a tunnel (the rest of the
+// connection), an absolute-URI request is forwarded and the connection
+// closed after its response.
+func (p *Proxy) serveConn(c net.Conn) {
+	br := bufio.NewReaderSize(c, 16<<10)
+	c.SetReadDeadline(time.Now().Add(p.hdrTO))
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			p.refuse(c, "", "malformed request: "+err.Error(), http.StatusBadRequest)
+		}
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	ctx := context.Background()
+	if req.Method == http.MethodConnect {
+		target := req.RequestURI
+		conn, err := p.Dial(ctx, target, "")
+		if err != nil {
+			p.refuseErr(c, target, err)
+			return
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			return
+		}
+		p.log.Debug("egress tunnel", "target", target)
+		// Bytes the client sent after the header belong to the tunnel.
+		if n := br.Buffered(); n > 0 {
+			b, _ := br.Peek(n)
+			if _, err := conn.Write(b); err != nil {
+				return
+			}
+		}
+		pipe(c, conn)
+		return
+	}
+	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
+		p.refuse(c, req.RequestURI, "only CONNECT and absolute http:// requests are proxied", http.StatusBadRequest)
+		return
+	}
+	target := req.URL.Host
+	conn, err := p.Dial(ctx, target, "80")
+	if err != nil {
+		p.refuseErr(c, target, err)
+		return
+	}
+	defer conn.Close()
+	for _, h := range []string{"Proxy-Authorization", "Proxy-Connection", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"} {
+		req.Header.Del(h)
+	}
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		p.refuse(c, target, "upstream write: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		p.refuse(c, target, "upstream response: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer res.Body.Close()
+	res.Close = true
+	p.log.Debug("egress request", "target", target, "method", req.Method, "status", res.StatusCode)
+	_ = res.Write(c)
+}
+
+// Dial checks target ("host[:port]", port defaulting to defPort) against
+// the policy and connects to an address it resolved itself. Refusals wrap
+// ErrRefused and are logged.
+func (p *Proxy) Dial(ctx context.Context, target, defPort string) (net.Conn, error) {
+	addrs, port, err := p.Check(ctx, target, defPort)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, a := range addrs {
+		conn, err := p.dial(ctx, "tcp", net.JoinHostPort(a.String(), port))
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("connect %s: %w", target, errors.Join(errs...))
+}
+
+// Check applies the policy to target and returns the addresses that may
+// be dialled and the port.
+func (p *Proxy) Check(ctx context.Context, target, defPort string) ([]netip.Addr, string, error) {
+	host, port, err := splitTarget(target, defPort)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	if _, err := netip.ParseAddr(host); err == nil || looksNumeric(host) {
+		// 127.0.0.1, [::1], 169.254.169.254, and inet_aton forms such as
+		// 2130706433 or 0x7f.1 that some resolvers turn into addresses.
+		return nil, "", fmt.Errorf("%w: %s is an IP address; only allowlisted names are reached", ErrRefused, host)
+	}
+	hp := net.JoinHostPort(host, port)
+	if !p.allow[hp] {
+		return nil, "", fmt.Errorf("%w: %s is not on the allowlist", ErrRefused, hp)
+	}
+	if addrs, ok := p.hosts[host]; ok {
+		return addrs, port, nil // the operator's own mapping
+	}
+	addrs, err := p.resolve(ctx, host)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: resolve %s: %v", ErrRefused, host, err)
+	}
+	if len(addrs) == 0 {
+		return nil, "", fmt.Errorf("%w: %s has no address", ErrRefused, host)
+	}
+	for i, a := range addrs {
+		a = a.Unmap()
+		addrs[i] = a
+		if !Public(a) {
+			return nil, "", fmt.Errorf("%w: %s resolves to %s, a non-public address (DNS rebinding?); map the name with a host entry to allow it", ErrRefused, host, a)
+		}
+	}
+	return addrs, port, nil
+}
+
+// Public reports whether a is a public unicast address: not loopback,
+// private (RFC 1918, fc00::/7), link-local (169.254.0.0/16 with the
+// metadata service, fe80::/10), CGNAT (100.64.0.0/10), multicast,
+// unspecified, or one of the other special-purpose ranges.
+func Public(a netip.Addr) bool {
+	a = a.Unmap()
+	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() || !a.IsGlobalUnicast() {
+		return false
+	}
+	for _, p := range special {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	return true
+}
+
+// special are the other ranges no public index lives in (RFC 6890).
+var special = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("192.0.2.0/24"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("198.51.100.0/24"),
+	netip.MustParsePrefix("203.0.113.0/24"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 can embed any IPv4 address
+	netip.MustParsePrefix("2001:db8::/32"),
+	netip.MustParsePrefix("2002::/16"), // 6to4 embeds IPv4 addresses
+}
+
+// splitTarget splits "host:port" (or "host" with defPort), normalising
+// the host.
+func splitTarget(target, defPort string) (host, port string, err error) {
+	host, port, err = net.SplitHostPort(target)
+	if err != nil {
+		if defPort == "" || (strings.Contains(target, ":") && !strings.HasPrefix(target, "[")) {
+			return "", "", fmt.Errorf("%q is not host:port", target)
+		}
+		host, port = strings.Trim(target, "[]"), defPort
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+		return "", "", fmt.Errorf("%q: bad port", target)
+	}
+	host = normHost(host)
+	if _, err := netip.ParseAddr(host); err != nil && !validName(host) {
+		return "", "", fmt.Errorf("%q: bad host name", target)
+	}
+	return host, port, nil
+}
+
+func normHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
+
+// validName is a DNS name of letters, digits, hyphens and dots.
+func validName(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// looksNumeric catches hosts whose last label is all digits or hex
+// (0x..): no real DNS name ends so, and resolvers read them as addresses.
+func looksNumeric(h string) bool {
+	labels := strings.Split(h, ".")
+	last := labels[len(labels)-1]
+	if strings.HasPrefix(last, "0x") {
+		return true
+	}
+	for _, r := range last {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Proxy) refuseErr(c net.Conn, target string, err error) {
+	code := http.StatusForbidden
+	if !errors.Is(err, ErrRefused) {
+		code = http.StatusBadGateway
+	}
+	p.refuse(c, target, err.Error(), code)
+}
+
+// refuse logs the refusal and answers the client.
+func (p *Proxy) refuse(c net.Conn, target, why string, code int) {
+	if code == http.StatusForbidden {
+		p.log.Warn("egress refused", "target", target, "reason", why)
+	} else {
+		p.log.Info("egress failed", "target", target, "reason", why)
+	}
+	body := "sandcell egress proxy: " + why + "\n"
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		code, http.StatusText(code), len(body), body)
+}
+
+// pipe copies both ways until both directions ended (or one failed).
+func pipe(a, b net.Conn) {
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) {
+		_, err := io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == nil {
+			cw.CloseWrite()
+		} else {
+			dst.Close()
+			src.Close()
+		}
+		done <- struct{}{}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	<-done
+	<-done
+}
+
+// ListenUnix serves p on a new unix socket at path (mode 0600: only root,
+// that is sandcell, connects; the bridge into the sandbox is sandcell's).
+func (p *Proxy) ListenUnix(path string) (net.Listener, error) {
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	go p.Serve(l) //nolint:errcheck // ends with Close
+	return l, nil
+}
