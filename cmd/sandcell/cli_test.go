@@ -154,3 +154,33 @@ func TestRunIsolationGVisor(t *testing.T) {
 		t.Errorf("unknown isolation: exit %d stderr %q", code, errOut)
 	}
 }
+
+// TestRunscPath: --runsc wins; else the runsc `make runsc` put into a home
+// (this one, then the shared ones); else PATH's ("").
+func TestRunscPath(t *testing.T) {
+	home, shared := t.TempDir(), t.TempDir()
+	c := Config{LayerDir: home, SharedLayerDirs: []string{shared}}
+	if p := c.runscPath(); p != "" {
+		t.Errorf("no built runsc: got %q, want PATH's", p)
+	}
+	built := filepath.Join(shared, "runsc", "runsc")
+	os.MkdirAll(filepath.Dir(built), 0o755)
+	os.WriteFile(built, []byte("#!/bin/sh\n"), 0o644)
+	if p := c.runscPath(); p != "" {
+		t.Errorf("a runsc that is not executable was chosen: %q", p)
+	}
+	os.Chmod(built, 0o755)
+	if p := c.runscPath(); p != built {
+		t.Errorf("got %q, want the shared home's %q", p, built)
+	}
+	own := filepath.Join(home, "runsc", "runsc")
+	os.MkdirAll(filepath.Dir(own), 0o755)
+	os.WriteFile(own, []byte("#!/bin/sh\n"), 0o755)
+	if p := c.runscPath(); p != own {
+		t.Errorf("got %q, want this home's %q first", p, own)
+	}
+	c.Runsc = "/opt/runsc"
+	if p := c.runscPath(); p != "/opt/runsc" {
+		t.Errorf("--runsc: got %q", p)
+	}
+}

@@ -118,7 +118,7 @@ func doctorChecks(ctx context.Context, cfg Config) []check {
 		Detail: "for shared read-only layers", Fix: "modprobe overlay"})
 
 	runsc := check{Name: "runsc", Required: cfg.Isolation == "gvisor", Detail: "gVisor isolation (--isolation gvisor)", Fix: "apt-get install runsc"}
-	if info, err := oci.ProbeRunsc(cfg.Runsc); err == nil {
+	if info, err := oci.ProbeRunsc(cfg.runscPath()); err == nil {
 		platform, perr := info.ChoosePlatform(oci.RunscConfig{Platform: cfg.RunscPlatform, AllowKVM: cfg.RunscAllowKVM})
 		runsc.OK = perr == nil
 		runsc.Detail = fmt.Sprintf("%s, %s, platforms %s, using %s", info.Path, info.Version, strings.Join(info.Platforms, "/"), platform)

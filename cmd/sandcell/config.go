@@ -125,7 +125,7 @@ func (c *Config) addFlags(fs *flag.FlagSet) {
 	sizeFlag(fs, &c.MaxMemory, "max-memory", "memory ceiling for all sandboxes together (default: half the host's memory)")
 	fs.Int64Var(&c.MaxPids, "max-pids", c.MaxPids, "pids ceiling for all sandboxes together")
 	fs.StringVar(&c.Isolation, "isolation", c.Isolation, "default isolation of a run: runc or gvisor")
-	fs.StringVar(&c.Runsc, "runsc", c.Runsc, "runsc binary for --isolation gvisor (default: from PATH)")
+	fs.StringVar(&c.Runsc, "runsc", c.Runsc, "runsc binary for --isolation gvisor (default: <home>/runsc/runsc from `make runsc` if present, else from PATH)")
 	fs.StringVar(&c.RunscPlatform, "runsc-platform", c.RunscPlatform, "gVisor platform (default: systrap if offered, else ptrace)")
 	fs.BoolVar(&c.RunscAllowKVM, "runsc-allow-kvm", c.RunscAllowKVM, "allow --runsc-platform kvm (it hangs on hosts that cannot run it)")
 	fs.Func("shared-home", "another sandcell home whose built layers are used read-only (repeatable; a rootless server uses /var/lib/sandcell)", func(v string) error {
@@ -282,7 +282,7 @@ func (a *app) gvisor() (*oci.Runsc, error) {
 			a.gvErr = err
 			return
 		}
-		a.gv, a.gvErr = oci.NewRunsc(a.rt, oci.RunscConfig{Path: a.cfg.Runsc, Platform: a.cfg.RunscPlatform, AllowKVM: a.cfg.RunscAllowKVM, Seccomp: gf})
+		a.gv, a.gvErr = oci.NewRunsc(a.rt, oci.RunscConfig{Path: a.cfg.runscPath(), Platform: a.cfg.RunscPlatform, AllowKVM: a.cfg.RunscAllowKVM, Seccomp: gf})
 	})
 	return a.gv, a.gvErr
 }
@@ -317,4 +317,21 @@ func hostMemory() int64 {
 		}
 	}
 	return 1 << 30
+}
+
+// runscPath is the runsc to use: --runsc, else the current static runsc
+// that `make runsc` builds into a sandcell home (this one or a shared
+// one), else "" (runsc from PATH). The current one is preferred: it passes
+// sandcell's gVisor suite (testdata/runsc/README.md) and offers systrap.
+func (c *Config) runscPath() string {
+	if c.Runsc != "" {
+		return c.Runsc
+	}
+	for _, home := range append([]string{c.LayerDir}, c.SharedLayerDirs...) {
+		p := filepath.Join(home, "runsc", "runsc")
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
 }
