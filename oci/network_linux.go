@@ -3,13 +3,13 @@ package oci
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"runtime"
 	"sync"
 
+	"github.com/sandcell/sandcell/internal/netcopy"
 	"golang.org/x/sys/unix"
 )
 
@@ -92,7 +92,7 @@ func (b *egressBridge) serve() {
 		go func() {
 			defer b.wg.Done()
 			defer b.track(false, c, up)
-			splice(c, up)
+			netcopy.Splice(c, up)
 		}()
 	}
 }
@@ -124,23 +124,4 @@ func (b *egressBridge) Close() {
 	}
 	b.mu.Unlock()
 	b.wg.Wait()
-}
-
-// splice copies both ways, passing half-closes on, until both ended.
-func splice(a, b net.Conn) {
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, err := io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == nil {
-			cw.CloseWrite()
-		} else {
-			dst.Close()
-			src.Close()
-		}
-		done <- struct{}{}
-	}
-	go cp(a, b)
-	go cp(b, a)
-	<-done
-	<-done
 }

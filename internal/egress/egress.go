@@ -40,6 +40,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandcell/sandcell/internal/netcopy"
 )
 
 // ErrRefused is the class of every refusal.
@@ -228,7 +230,7 @@ func (p *Proxy) serveConn(c net.Conn) {
 				return
 			}
 		}
-		pipe(c, conn)
+		netcopy.Splice(c, conn)
 		return
 	}
 	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
@@ -424,25 +426,6 @@ func (p *Proxy) refuse(c net.Conn, target, why string, code int) {
 	body := "sandcell egress proxy: " + why + "\n"
 	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		code, http.StatusText(code), len(body), body)
-}
-
-// pipe copies both ways until both directions ended (or one failed).
-func pipe(a, b net.Conn) {
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, err := io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == nil {
-			cw.CloseWrite()
-		} else {
-			dst.Close()
-			src.Close()
-		}
-		done <- struct{}{}
-	}
-	go cp(a, b)
-	go cp(b, a)
-	<-done
-	<-done
 }
 
 // ListenUnix serves p on a new unix socket at path (mode 0600: only root,
