@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandcell/sandcell/internal/humaneval"
 	"github.com/sandcell/sandcell/internal/testutil"
+	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -59,8 +60,9 @@ func lastLines(s string, n int) string {
 // TestBatchHumanEvalCanonical runs every canonical solution of HumanEval-X
 // (164 problems x 6 languages) through sandcell batch at concurrency 2:
 // each must pass its own tests, as it does under the original harness,
-// except the three javascript ones that fail there too (knownFailures),
-// which must fail for their known reason. A failure names every problem
+// except the javascript ones that fail there too and Go/95, which fails
+// there one run in three (knownFailures): those must pass or fail for
+// their known reason. A failure names every problem
 // that did not behave and why. With -short only python and javascript run.
 func TestBatchHumanEvalCanonical(t *testing.T) {
 	langs := humaneval.Languages()
@@ -106,6 +108,16 @@ var knownFailures = map[string]func(batchOutput) string{
 	// The dataset's solution is wrong: evenOddCount(0) is [0, 0], the test
 	// wants [1, 0].
 	"JavaScript/155": failsAssertion,
+	// The dataset's solution reads only the first two keys of a map, in
+	// Go's random iteration order: {"p", "A", "B"} passes for "not one
+	// case" only when "p" comes first or second, so about one run in
+	// three fails (under go test as well).
+	"Go/95": func(o batchOutput) string {
+		if o.Verdict == verdictAccepted || (o.Verdict == verdictWrongAnswer && o.Result != nil && strings.Contains(o.Stdout, "--- FAIL: TestCheckDictCase")) {
+			return ""
+		}
+		return fmt.Sprintf("verdict %s, stdout %q: want accepted, or wrong_answer from TestCheckDictCase", o.Verdict, clip(stdoutOf(o)))
+	},
 	// The solution requires the npm module js-md5, which Debian does not
 	// ship: it passes once the javascript layer has it.
 	"JavaScript/162": func(o batchOutput) string {
@@ -176,6 +188,13 @@ func statusOf(o batchOutput) string {
 	return string(o.Status)
 }
 
+func stdoutOf(o batchOutput) string {
+	if o.Result == nil {
+		return ""
+	}
+	return o.Stdout
+}
+
 func stderrOf(o batchOutput) string {
 	if o.Result == nil {
 		return ""
@@ -226,5 +245,31 @@ func TestBatchJudgeAndResume(t *testing.T) {
 	}
 	if m := len(readOutputs(t, out)); m != n+2 {
 		t.Errorf("rerun wrote %d lines, want 2 (the two error lines, tried again)", m-n)
+	}
+}
+
+// TestKnownFailures: the known failures pass only for their known reason.
+func TestKnownFailures(t *testing.T) {
+	out := func(v, stdout, stderr string) batchOutput {
+		return batchOutput{Result: &oci.Result{Status: oci.StatusError, ExitCode: 1, Stdout: stdout, Stderr: stderr}, Verdict: v}
+	}
+	for _, tc := range []struct {
+		id string
+		o  batchOutput
+		ok bool
+	}{
+		{"Go/95", out(verdictWrongAnswer, "--- FAIL: TestCheckDictCase (0.00s)\nFAIL\n", ""), true},
+		{"Go/95", out(verdictAccepted, "PASS\n", ""), true},
+		{"Go/95", out(verdictCompileError, "", "main.go:3: syntax error"), false},
+		{"JavaScript/112", out(verdictWrongAnswer, "", "Assertion failed\n"), true},
+		{"JavaScript/112", out(verdictAccepted, "", ""), false},
+		{"JavaScript/155", out(verdictTimeLimit, "", ""), false},
+		{"JavaScript/162", out(verdictWrongAnswer, "", "Error: Cannot find module 'js-md5'"), true},
+		{"JavaScript/162", out(verdictWrongAnswer, "", "Assertion failed"), false},
+		{"JavaScript/162", batchOutput{Error: "layer javascript not built"}, false},
+	} {
+		if msg := knownFailures[tc.id](tc.o); (msg == "") != tc.ok {
+			t.Errorf("%s %s: message %q, want ok %v", tc.id, tc.o.Verdict, msg, tc.ok)
+		}
 	}
 }
