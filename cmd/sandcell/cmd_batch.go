@@ -223,20 +223,11 @@ func cmdBatch(ctx context.Context, env *cliEnv, args []string) int {
 
 // readBatchFile reads an input file (gzip if it ends in .gz).
 func readBatchFile(path string) ([]batchJob, error) {
-	f, err := os.Open(path)
+	r, err := humaneval.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var r io.Reader = f
-	if strings.HasSuffix(path, ".gz") {
-		gz, err := gzip.NewReader(f)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		defer gz.Close()
-		r = gz
-	}
+	defer r.Close()
 	jobs, err := parseBatch(r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

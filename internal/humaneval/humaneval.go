@@ -348,25 +348,48 @@ func Passed(lang string, exitCode int, stdout, stderr string) bool {
 // ReadFile reads the problems of a HumanEval-X data file, gzip-compressed
 // (.gz) or not.
 func ReadFile(path string) ([]Problem, error) {
-	f, err := os.Open(path)
+	r, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var r io.Reader = f
-	if strings.HasSuffix(path, ".gz") {
-		gz, err := gzip.NewReader(f)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		defer gz.Close()
-		r = gz
-	}
+	defer r.Close()
 	ps, err := Read(r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return ps, nil
+}
+
+// Open opens a JSON-lines file for reading, decompressing it if its name
+// ends in .gz (HumanEval-X data and sandcell batch inputs both come so).
+func Open(path string) (io.ReadCloser, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasSuffix(path, ".gz") {
+		return f, nil
+	}
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return gzipFile{gz, f}, nil
+}
+
+// gzipFile closes the decompressor and the file under it.
+type gzipFile struct {
+	*gzip.Reader
+	f *os.File
+}
+
+func (g gzipFile) Close() error {
+	err := g.Reader.Close()
+	if ferr := g.f.Close(); err == nil {
+		err = ferr
+	}
+	return err
 }
 
 // Read reads problems, one JSON object a line (blank lines skipped).
