@@ -377,7 +377,9 @@ func (p *Pool) step() bool {
 //     PoolConfig.Scripts exactly, its program /work/NAME is one of
 //     req.Files, and there is no workspace (a session's /work is filled
 //     when the request comes; the interpreter's script must be a FIFO
-//     from the start).
+//     from the start). No file is hidden (.NAME): HOME is /work, and an
+//     interpreter reads some dot files at its start-up, before the
+//     request came (python's user site, ~/.local/lib/.../*.pth).
 //   - A prepared container (kindLauncher): Args[0] is an absolute path to
 //     an executable file of the root (as runc checks before the program
 //     starts: a fresh run fails to start otherwise, which the launcher
@@ -390,7 +392,8 @@ func (p *Pool) classify(req *Request) (string, *poolEntry, bool) {
 	for _, s := range p.cfg.Scripts {
 		name, ok := strings.CutPrefix(s[len(s)-1], workDir+"/")
 		if !ok || name == "" || strings.Contains(name, "/") || !slices.Equal(req.Args, s) || req.Workspace != nil ||
-			!slices.ContainsFunc(req.Files, func(f File) bool { return f.Path == name }) {
+			!slices.ContainsFunc(req.Files, func(f File) bool { return f.Path == name }) ||
+			slices.ContainsFunc(req.Files, func(f File) bool { return strings.HasPrefix(f.Path, ".") }) {
 			continue
 		}
 		e.kind, e.script = kindScript, name

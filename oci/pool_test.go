@@ -380,3 +380,44 @@ func TestPoolRecover(t *testing.T) {
 		t.Fatalf("%d libcontainer states, want the pooled container's", len(entries))
 	}
 }
+
+// BenchmarkPool: python print(1) run fresh, in a prepared container (the
+// program has an argument, so no interpreter waits for it) and in a
+// pre-started interpreter. A pooled iteration starts when the pool holds
+// a container (the refill is not timed): the latency of a request that a
+// warm pool serves.
+func BenchmarkPool(b *testing.B) {
+	e := newTestEnv(b)
+	run := func(b *testing.B, pooled bool, args ...string) {
+		var rt oci.Runtime = e.rt
+		var p *oci.Pool
+		if pooled {
+			p = oci.NewPool(e.rt, oci.PoolConfig{Size: 2, Scripts: [][]string{pythonArgs}})
+			defer p.Close()
+			rt = p
+		}
+		req := func() *oci.Request { return pythonRequest(b, "print(1)", limits.Set{}, args...) }
+		for range 3 {
+			if _, err := oci.Run(context.Background(), rt, req()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ResetTimer()
+		for range b.N {
+			if pooled {
+				b.StopTimer()
+				for p.Idle() == 0 {
+					time.Sleep(time.Millisecond)
+				}
+				b.StartTimer()
+			}
+			res, err := oci.Run(context.Background(), rt, req())
+			if err != nil || res.Stdout != "1\n" {
+				b.Fatalf("%v %s %q %q", err, res.Status, res.Stdout, res.Stderr)
+			}
+		}
+	}
+	b.Run("fresh", func(b *testing.B) { run(b, false) })
+	b.Run("prepared", func(b *testing.B) { run(b, true, "x") })
+	b.Run("interpreter", func(b *testing.B) { run(b, true) })
+}
