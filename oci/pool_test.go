@@ -1,19 +1,23 @@
 package oci_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/seccomp"
 )
 
 // identityProbe prints, as JSON, what a Python program can observe of how
@@ -289,20 +293,33 @@ subprocess.Popen(['/bin/busybox', 'sleep', '100'], start_new_session=True)
 // of the pool's limits.
 func TestPoolLimitsMatch(t *testing.T) {
 	_, p := newPoolEnv(t, oci.PoolConfig{Size: 2})
-	const src = `print(open('/sys/fs/cgroup/memory.max').read().strip() if __import__('os').path.exists('/sys/fs/cgroup/memory.max') else open('/sys/fs/cgroup/memory/memory.limit_in_bytes').read().strip(), __import__('resource').getrlimit(__import__('resource').RLIMIT_NOFILE)[0])`
-	warm(t, p, func() *oci.Request { return pythonRequest(t, src, limits.Set{MemoryBytes: 256 << 20}) })
-	for _, l := range []limits.Set{{MemoryBytes: 200 << 20}, {MemoryBytes: 256 << 20, OpenFiles: 100}} {
-		res, err := oci.Run(context.Background(), p, pythonRequest(t, src, l))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := testLimits(t, l)
-		if got := strings.Fields(res.Stdout); len(got) != 2 || got[0] != fmt.Sprint(want.MemoryBytes) || got[1] != fmt.Sprint(want.OpenFiles) {
-			t.Errorf("limits %+v: the program saw memory and open files %q, want %d %d", l, res.Stdout, want.MemoryBytes, want.OpenFiles)
-		}
+	const src = `import resource, sys
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+if len(sys.argv) > 1:
+    x = bytearray(300 << 20)
+`
+	pooledLimits := limits.Set{MemoryBytes: 512 << 20}
+	for _, args := range [][]string{nil, {"alloc"}} {
+		warm(t, p, func() *oci.Request { return pythonRequest(t, src, pooledLimits, args...) })
 	}
-	if s := p.Stats(); s.Hits != 0 {
-		t.Errorf("a request of other limits got a pooled container: %+v", s)
+	before := p.Stats()
+	// Fewer open files: the program must see its own limit.
+	res, err := oci.Run(context.Background(), p, pythonRequest(t, src, limits.Set{MemoryBytes: 512 << 20, OpenFiles: 100}))
+	if err != nil || res.Stdout != "100\n" {
+		t.Errorf("open files 100: got %q %v", res.Stdout, err)
+	}
+	// Less memory: the allocation the pooled key allows must fail.
+	res, err = oci.Run(context.Background(), p, pythonRequest(t, src, limits.Set{MemoryBytes: 128 << 20}, "alloc"))
+	if err != nil || res.Status != oci.StatusMemoryLimit {
+		t.Errorf("memory 128 MiB allocating 300 MiB: status %s (%v), want %s", res.Status, err, oci.StatusMemoryLimit)
+	}
+	// The pooled key itself allows it.
+	res = runHit(t, p, pythonRequest(t, src, pooledLimits, "alloc"))
+	if res.Status != oci.StatusOK {
+		t.Errorf("memory 512 MiB allocating 300 MiB: status %s %q", res.Status, res.Stderr)
+	}
+	if s := p.Stats(); s.Hits != before.Hits+1 {
+		t.Errorf("requests of other limits got pooled containers: %+v, before %+v", s, before)
 	}
 }
 
@@ -314,9 +331,7 @@ func TestPoolShrinksAndRefills(t *testing.T) {
 	warm(t, p, mk)
 	runHit(t, p, mk())
 	waitFor(t, "the idle key to shrink to zero", func() bool { return p.Idle() == 0 })
-	if n := e.rt.Live(); n != 0 {
-		t.Errorf("%d containers alive after the pool shrank to zero", n)
-	}
+	waitFor(t, "no container alive", func() bool { return e.rt.Live() == 0 })
 	warm(t, p, mk)
 	runHit(t, p, mk())
 	if err := p.Close(); err != nil {
@@ -358,27 +373,96 @@ func TestPoolBurst(t *testing.T) {
 	e.assertClean(t)
 }
 
-// TestPoolRecover: pooled containers of a dead instance are ordinary
-// containers for Recover.
+// TestPoolRecover: a server killed with -9 leaves its pooled containers
+// (init alive, waiting for a program); the next start's Recover removes
+// them like any other.
 func TestPoolRecover(t *testing.T) {
-	e, p := newPoolEnv(t, oci.PoolConfig{Size: 1})
-	warm(t, p, func() *oci.Request { return pythonRequest(t, "print(1)", limits.Set{}) })
-	// Another runtime on the same state dir sees a live instance (the
-	// lock is held) and leaves it alone...
-	other := e.newRuntime(t)
-	if removed, err := other.Recover(); err != nil || len(removed) != 0 {
-		t.Fatalf("Recover removed %v (%v) of a live instance", removed, err)
+	e := newTestEnv(t)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "SANDCELL_POOL_CRASH_CHILD=1",
+		"SANDCELL_CRASH_STATE="+e.stateDir, "SANDCELL_CRASH_CGROUP="+e.cgPath, "SANDCELL_CRASH_ROOT="+layerRoot(t, "python"))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	other.Close()
-	// ...and the pooled container is registered with the runtime, whose
-	// Close destroys it.
-	if n := e.rt.Live(); n != 1 {
-		t.Fatalf("%d containers registered with the runtime, want the pooled one", n)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	entries, _ := os.ReadDir(filepath.Join(e.stateDir, e.rt.Instance(), "state"))
-	if len(entries) != 1 {
-		t.Fatalf("%d libcontainer states, want the pooled container's", len(entries))
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "pooled ") {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("crash child did not fill its pool: %q %v", line, err)
 	}
+	n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "pooled ")))
+	if len(sandboxProcesses(t)) == 0 || n == 0 {
+		t.Fatalf("no pooled container alive before the kill (%d idle)", n)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	rt := e.newRuntime(t)
+	defer rt.Close()
+	removed, err := rt.Recover()
+	if err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	if len(removed) < n {
+		t.Errorf("recover removed %v, want the %d pooled containers", removed, n)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for len(sandboxProcesses(t)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.assertNoTraces(t)
+}
+
+func init() {
+	if os.Getenv("SANDCELL_POOL_CRASH_CHILD") == "1" {
+		poolCrashChild()
+	}
+}
+
+// poolCrashChild is the server that TestPoolRecover kills: it fills a
+// pool, says how many containers wait in it, and waits to be killed.
+func poolCrashChild() {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "pool crash child:", err)
+		os.Exit(1)
+	}
+	filter, err := seccomp.Profile()
+	if err != nil {
+		fail(err)
+	}
+	parent, err := limits.EnsureParent(limits.ParentConfig{Path: os.Getenv("SANDCELL_CRASH_CGROUP"), MemoryBytes: 4 << 30, Pids: 4096})
+	if err != nil {
+		fail(err)
+	}
+	rt, err := oci.NewLibcontainer(oci.LibcontainerConfig{StateDir: os.Getenv("SANDCELL_CRASH_STATE"), Seccomp: filter, Cgroups: parent, CgroupMode: limits.DetectMode()})
+	if err != nil {
+		fail(err)
+	}
+	lim, _, err := limits.Resolve(limits.Defaults(), limits.Ceilings(), limits.Set{})
+	if err != nil {
+		fail(err)
+	}
+	p := oci.NewPool(rt, oci.PoolConfig{Size: 2, Scripts: [][]string{pythonArgs}})
+	for _, args := range [][]string{nil, nil, {"x"}, {"x"}} {
+		req := &oci.Request{Root: os.Getenv("SANDCELL_CRASH_ROOT"), Args: append(slices.Clone(pythonArgs), args...),
+			Files: []oci.File{{Path: "main.py", Data: []byte("print(1)")}}, Limits: lim}
+		if _, err := oci.Run(context.Background(), p, req); err != nil {
+			fail(err)
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); p.Idle() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			fail(fmt.Errorf("the pool did not fill: %d idle", p.Idle()))
+		}
+	}
+	fmt.Println("pooled", p.Idle())
+	time.Sleep(time.Hour)
 }
 
 // BenchmarkPool: python print(1) run fresh, in a prepared container (the
