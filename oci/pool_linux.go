@@ -307,8 +307,9 @@ func (p *Pool) refill() {
 // step destroys the idle containers past their key's target, removes keys
 // nobody asks for any more, and prepares one container for a key below its
 // target if the host has room for it: no request is preparing its own
-// container or waiting for a slot, and a CPU is free. It reports whether
-// it prepared one (there may be more to do).
+// container or waiting for a slot, and runs hold fewer than half the CPUs
+// (on two CPUs: none runs). It reports whether it prepared one (there may
+// be more to do).
 func (p *Pool) step() bool {
 	now := time.Now()
 	var surplus []*lcContainer
@@ -329,7 +330,7 @@ func (p *Pool) step() bool {
 		}
 	}
 	p.stats.Unused += uint64(len(surplus))
-	if want != nil && (p.fresh > 0 || p.running >= runtime.NumCPU() || p.closed || (p.cfg.Busy != nil && p.cfg.Busy())) {
+	if want != nil && (p.fresh > 0 || 2*p.running >= runtime.NumCPU() || p.closed || (p.cfg.Busy != nil && p.cfg.Busy())) {
 		want = nil
 	}
 	if want != nil {

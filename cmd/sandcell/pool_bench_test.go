@@ -26,7 +26,10 @@ import (
 //	    -run '^$' -bench PoolMCPStdio -benchtime 200x ./cmd/sandcell
 //
 // SANDCELL_BIN names the binary (default ../../bin/sandcell), HOST_PYTHON
-// the host interpreter (default /usr/bin/python3).
+// the host interpreter (default /usr/bin/python3), POOL_BENCH_PAUSE the
+// pause before each pair (default 100ms: an agent's calls come seconds
+// apart; the pool refills in the pause, not while a timed call runs; 0
+// measures back-to-back calls, where a call may wait for its container).
 func BenchmarkPoolMCPStdio(b *testing.B) {
 	testutil.RequireRoot(b)
 	bin := envOr("SANDCELL_BIN", "../../bin/sandcell")
@@ -126,9 +129,16 @@ func BenchmarkPoolMCPStdio(b *testing.B) {
 		execute()
 		host()
 	}
+	pause, err := time.ParseDuration(envOr("POOL_BENCH_PAUSE", "100ms"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	var pooled, bare []time.Duration
 	b.ResetTimer()
 	for range b.N {
+		b.StopTimer()
+		time.Sleep(pause)
+		b.StartTimer()
 		t := time.Now()
 		host()
 		bare = append(bare, time.Since(t))
