@@ -139,6 +139,24 @@ func (p *Pool) Idle() int {
 	return n
 }
 
+// IdleFor returns how many containers wait in the pool for requests like
+// req (of its key).
+func (p *Pool) IdleFor(req *Request) int {
+	if req.Validate() != nil {
+		return 0
+	}
+	key, _, ok := p.classify(req)
+	if !ok {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.keys[key]; e != nil {
+		return len(e.idle)
+	}
+	return 0
+}
+
 // Close stops preparing, destroys every idle container and waits for the
 // containers being destroyed in the background. Containers handed out
 // and not yet destroyed are the runtime's (its Close destroys them).

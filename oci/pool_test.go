@@ -127,7 +127,7 @@ func warm(t *testing.T, p *oci.Pool, mk func() *oci.Request) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "a container in the pool", func() bool { return p.Idle() > 0 })
+	waitFor(t, "a container in the pool", func() bool { return p.IdleFor(mk()) > 0 })
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {
@@ -490,7 +490,7 @@ func BenchmarkPool(b *testing.B) {
 		for range b.N {
 			if pooled {
 				b.StopTimer()
-				for p.Idle() == 0 {
+				for p.IdleFor(req()) == 0 {
 					time.Sleep(time.Millisecond)
 				}
 				b.StartTimer()
