@@ -281,6 +281,7 @@ subprocess.Popen(['/bin/busybox', 'sleep', '100'], start_new_session=True)
 	} {
 		warm(t, p, mk)
 		for range 3 {
+			waitFor(t, "the pool to refill", func() bool { return p.IdleFor(mk()) > 0 })
 			res := runHit(t, p, mk())
 			if res.Status != oci.StatusOK || res.Stdout != "[] ['1']\n" {
 				t.Fatalf("a pooled run saw another's leftovers or failed: %s %q %q", res.Status, res.Stdout, res.Stderr)
