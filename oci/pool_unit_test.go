@@ -96,7 +96,7 @@ func TestLauncherEnv(t *testing.T) {
 	}{
 		{[]string{"HOME=/work", "A=1"}, []string{"HOME=/work", "A=1"}, true},
 		{[]string{"A=1", "HOME=/work", "A=2", "B="}, []string{"HOME=/work", "A=2", "B="}, true},
-		{[]string{"A=1"}, nil, false},                  // runc adds HOME
+		{[]string{"A=1"}, nil, false},                 // runc adds HOME
 		{[]string{"HOME=/work", "HOME="}, nil, false}, // runc replaces an empty HOME
 	}
 	for _, tc := range cases {
