@@ -75,7 +75,7 @@ type Pool struct {
 	mu      sync.Mutex
 	keys    map[string]*poolEntry
 	fresh   int // requests preparing a container of their own right now
-	running int // programs started and not yet destroyed
+	running int // containers handed out and not yet destroyed
 	closed  bool
 	bg      sync.WaitGroup // the refiller and background destroys
 	stats   PoolStats
@@ -208,7 +208,6 @@ func (p *Pool) Prepare(ctx context.Context, req *Request) (Container, error) {
 	}
 	e.demand.acquire(now, p.cfg.Idle)
 	p.mu.Unlock()
-	p.kick()
 	release := func() {
 		p.mu.Lock()
 		e.demand.release(time.Now(), p.cfg.Idle)
@@ -231,7 +230,7 @@ func (p *Pool) Prepare(ctx context.Context, req *Request) (Container, error) {
 			release()
 			return nil, err
 		}
-		return &pooled{lcContainer: c, pool: p, release: release}, nil
+		return p.handOut(c, release), nil
 	}
 	c, err := p.rt.prepare(ctx, req, nil)
 	p.mu.Lock()
@@ -242,7 +241,16 @@ func (p *Pool) Prepare(ctx context.Context, req *Request) (Container, error) {
 		release()
 		return nil, err
 	}
-	return &pooled{lcContainer: c, pool: p, release: release}, nil
+	return p.handOut(c, release), nil
+}
+
+// handOut wraps a container given to a request; it counts as running
+// until it is destroyed.
+func (p *Pool) handOut(c *lcContainer, release func()) *pooled {
+	p.mu.Lock()
+	p.running++
+	p.mu.Unlock()
+	return &pooled{lcContainer: c, pool: p, release: release}
 }
 
 // take returns an idle container of e, waiting for one being prepared;
@@ -255,8 +263,7 @@ func (p *Pool) take(ctx context.Context, e *poolEntry) (*lcContainer, error) {
 			e.idle = e.idle[:n-1]
 			p.stats.Hits++
 			p.mu.Unlock()
-			p.kick() // its replacement
-			return c, nil
+			return c, nil // its replacement comes when the run is over (Destroy)
 		}
 		if e.preparing == 0 || p.closed {
 			p.stats.Misses++
@@ -514,26 +521,15 @@ type pooled struct {
 	pool    *Pool
 	release func()
 
-	once    sync.Once
-	started bool
-	err     error
-}
-
-func (w *pooled) Start(ctx context.Context) error {
-	w.pool.mu.Lock()
-	w.started = true
-	w.pool.running++
-	w.pool.mu.Unlock()
-	return w.lcContainer.Start(ctx)
+	once sync.Once
+	err  error
 }
 
 func (w *pooled) Destroy() error {
 	w.once.Do(func() {
 		w.release()
 		w.pool.mu.Lock()
-		if w.started {
-			w.pool.running--
-		}
+		w.pool.running--
 		w.pool.mu.Unlock()
 		w.pool.kick()
 		select {
