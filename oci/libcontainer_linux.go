@@ -164,7 +164,17 @@ func (r *Libcontainer) Live() int {
 func (r *Libcontainer) stateRoot() string { return filepath.Join(r.dir, "state") }
 
 // Prepare creates the container and starts its init, which waits for Start.
-func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, retErr error) {
+func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (Container, error) {
+	c, err := r.prepare(ctx, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// prepare is Prepare; pre, if set, makes a container of a pool (see
+// prestart).
+func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart) (_ *lcContainer, retErr error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -178,11 +188,12 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 		return nil, err
 	}
 	run.enforced = Enforced(r.cfg.Cgroups != nil)
+	run.pooled = pre != nil
 	// run.settle stays nil: the program is init of its pid namespace,
 	// and the kernel reports init's death only after every other process
 	// of the namespace is gone (zap_pid_ns_processes). Once init is
 	// reaped, nothing of the run can write to /work.
-	c := &lcContainer{run: run, rt: r}
+	c := &lcContainer{run: run, rt: r, pre: pre}
 	r.register(id, c)
 	defer func() {
 		if retErr != nil {
@@ -242,8 +253,16 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 	if run.stdinR != nil {
 		p.Stdin = run.stdinR
 	}
+	if pre != nil {
+		if err := pre.init(run.work, p, uid, gid); err != nil {
+			return nil, err
+		}
+	}
 	err = lc.Start(p)
 	run.childStarted()
+	if pre != nil {
+		pre.started()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: start container init: %w", ErrRuntime, err)
 	}
@@ -256,6 +275,16 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (_ Container, 
 		}
 		if c.egress, err = startEgress(pid, req.Egress, r.log.With("container_id", id)); err != nil {
 			return nil, err
+		}
+	}
+	if pre != nil {
+		// A pooled container's init execs at once: into the launcher, or
+		// the interpreter that waits for its script (see prestart). As
+		// in a fresh run (Start), the CPU time counted from here on is
+		// the program's.
+		c.cpuBase = c.usage().CPUTime
+		if err := lc.Exec(); err != nil {
+			return nil, fmt.Errorf("%w: start pooled init: %w", ErrRuntime, err)
 		}
 	}
 	return c, nil
@@ -289,6 +318,7 @@ type lcContainer struct {
 	ps      *os.ProcessState // set before run.exited is closed
 	egress  *egressBridge    // network mode egress; nil in mode none
 	cpuBase time.Duration    // cgroup CPU time used before the program ran
+	pre     *prestart        // set for a container of a pool
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -315,6 +345,13 @@ func (c *lcContainer) Start(ctx context.Context) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if c.pre != nil {
+		c.begin()
+		if err := c.pre.start(ctx, c); err != nil {
+			return fmt.Errorf("%w: start program: %w", ErrRuntime, err)
+		}
+		return nil
 	}
 	// The cgroup has already counted init's own set-up; the result
 	// reports the program's CPU time only.
@@ -400,6 +437,9 @@ func (c *lcContainer) destroy() error {
 		if err := c.rt.cfg.Cgroups.RemoveChild(c.id); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.pre != nil {
+		c.pre.close()
 	}
 	if err := c.cleanup(); err != nil {
 		errs = append(errs, err)

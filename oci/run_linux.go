@@ -55,6 +55,10 @@ type run struct {
 	exited chan struct{} // closed when the program's process was reaped
 	exit   exitInfo
 	ended  time.Time
+
+	// pooled: the run was prepared ahead of its request (see Pool); its
+	// output is read only once the request is bound (bind).
+	pooled bool
 }
 
 // newRun makes the run's directory, its /work tmpfs with the request's
@@ -67,9 +71,12 @@ func newRun(id, runDir string, req *Request, uid, gid uint32) (_ *run, retErr er
 			r.cleanup()
 		}
 	}()
-	work, err := makeWork(runDir, req, uid, gid)
+	work, err := mountWork(runDir, req, uid, gid)
 	r.work = work
 	if err != nil {
+		return nil, err
+	}
+	if err := fillWork(work, req, uid, gid); err != nil {
 		return nil, err
 	}
 	if r.outR, r.outW, err = os.Pipe(); err != nil {
@@ -95,6 +102,13 @@ func (r *run) childStarted() {
 			*f = nil
 		}
 	}
+	if !r.pooled {
+		r.capture()
+	}
+}
+
+// capture starts reading the program's output.
+func (r *run) capture() {
 	over := func() { r.requestStop(stopOutput) }
 	emit := func(stream string) func(string) {
 		if r.onOutput == nil {
@@ -318,11 +332,10 @@ func (r *run) cleanup() error {
 	return errors.Join(errs...)
 }
 
-// makeWork mounts a fresh size-capped tmpfs for the run's /work on the host,
-// fills it from the request's workspace and writes the request's files into
-// it. The tmpfs is owned by the sandbox's host uid so the program can write
-// there.
-func makeWork(runDir string, req *Request, uid, gid uint32) (string, error) {
+// mountWork mounts a fresh size-capped tmpfs for the run's /work on the
+// host. The tmpfs is owned by the sandbox's host uid so the program can
+// write there.
+func mountWork(runDir string, req *Request, uid, gid uint32) (string, error) {
 	if err := os.Mkdir(runDir, 0o711); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrRuntime, err)
 	}
@@ -337,28 +350,34 @@ func makeWork(runDir string, req *Request, uid, gid uint32) (string, error) {
 	if err := unix.Mount("tmpfs", work, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return "", fmt.Errorf("%w: mount /work tmpfs: %w", ErrRuntime, err)
 	}
+	return work, nil
+}
+
+// fillWork fills the run's /work from the request's workspace and writes
+// the request's files into it.
+func fillWork(work string, req *Request, uid, gid uint32) error {
 	if req.Workspace != nil {
 		if err := req.Workspace.Fill(work); err != nil {
-			return work, fmt.Errorf("%w: filling /work from the session: %w", ErrRuntime, err)
+			return fmt.Errorf("%w: filling /work from the session: %w", ErrRuntime, err)
 		}
 	}
 	if len(req.Files) == 0 {
-		return work, nil
+		return nil
 	}
 	// os.Root refuses paths that leave the directory, symlinks included;
 	// nothing else can write here now (no program of this run has started;
 	// what an earlier run of the session left is filled in, inert).
 	root, err := os.OpenRoot(work)
 	if err != nil {
-		return work, fmt.Errorf("%w: %w", ErrRuntime, err)
+		return fmt.Errorf("%w: %w", ErrRuntime, err)
 	}
 	defer root.Close()
 	for _, f := range req.Files {
 		if err := writeFile(root, f, int(uid), int(gid)); err != nil {
-			return work, err
+			return err
 		}
 	}
-	return work, nil
+	return nil
 }
 
 func writeFile(root *os.Root, f File, uid, gid int) error {

@@ -188,6 +188,7 @@ func newMCPServer(a *app, ws *workspace.Store) *mcp.Server {
 		langs = append(langs, l.Aliases...)
 	}
 	sb := &sandbox{a: a, ws: ws, gate: newGate(a.cfg.MaxRuns, a.cfg.MaxQueue)}
+	a.gate.Store(sb.gate)
 	inst, instLangs := sb.installer()
 	mcp.AddSandboxTools(srv, sb, &mcp.SandboxOptions{ExecuteToolOptions: mcp.ExecuteToolOptions{Languages: langs, MaxSourceBytes: maxSourceBytes},
 		Installer: inst, InstallLanguages: instLangs})

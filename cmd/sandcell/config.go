@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -91,6 +92,11 @@ type Config struct {
 	DepsIndex    map[string]string
 	EgressAllow  map[string][]string
 	EgressHosts  map[string][]netip.Addr
+	// PoolSize is the most containers prepared ahead per pool key (same
+	// root, limits, environment...); 0 turns warm pools off. PoolIdle is
+	// how long a key goes unasked before its pool shrinks to zero.
+	PoolSize int
+	PoolIdle time.Duration
 }
 
 // DefaultConfig is the configuration of a root server.
@@ -109,6 +115,8 @@ func DefaultConfig() Config {
 		SessionQuota: 256 << 20,
 		MaxRuns:      runtime.NumCPU(),
 		MaxQueue:     4 * runtime.NumCPU(),
+		PoolSize:     4,
+		PoolIdle:     oci.DefaultPoolIdle,
 	}
 }
 
@@ -144,6 +152,8 @@ func (c *Config) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRuns, "max-runs", c.MaxRuns, "runs at once (default: the number of CPUs)")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "runs waiting for a slot before calls are refused as busy (default 4 x the number of CPUs)")
 	c.addDepsFlags(fs)
+	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "warm pool: most containers prepared ahead per language and limits (0: off)")
+	fs.DurationVar(&c.PoolIdle, "pool-idle", c.PoolIdle, "warm pool: a language and limits not asked for this long get no containers prepared ahead")
 }
 
 // sessionsDir is where the sessions live.
@@ -173,6 +183,9 @@ func (c *Config) Validate() error {
 	if c.MaxRuns < 1 || c.MaxQueue < 0 {
 		return fmt.Errorf("--max-runs %d must be at least 1 and --max-queue %d not negative", c.MaxRuns, c.MaxQueue)
 	}
+	if c.PoolSize < 0 || c.PoolIdle <= 0 {
+		return fmt.Errorf("--pool-size %d must not be negative and --pool-idle %s must be positive", c.PoolSize, c.PoolIdle)
+	}
 	if !slices.Contains(isolations, c.Isolation) {
 		return fmt.Errorf("--isolation %q: must be one of %s", c.Isolation, strings.Join(isolations, ", "))
 	}
@@ -196,6 +209,10 @@ type app struct {
 	parent *limits.Parent
 	filter *specs.LinuxSeccomp
 	rt     *oci.Libcontainer
+	// pool, if set, hands out runc containers prepared ahead (pool.go);
+	// gate is the MCP server's load gate, which it yields to.
+	pool *oci.Pool
+	gate atomic.Pointer[gate]
 	// tier is how much of the limits the host lets sandcell enforce.
 	tier limits.Tier
 	// The gVisor backend is made on first use (probing runsc costs tens
@@ -269,10 +286,17 @@ func openApp(cfg Config, log *slog.Logger) (*app, error) {
 	if err := a.store.Clean(); err != nil {
 		log.Warn("layer store cleanup", "err", err)
 	}
+	a.openPool()
 	return a, nil
 }
 
-func (a *app) Close() error { return a.rt.Close() }
+func (a *app) Close() error {
+	var err error
+	if a.pool != nil {
+		err = a.pool.Close()
+	}
+	return errors.Join(err, a.rt.Close())
+}
 
 // gvisor returns the gVisor backend, making it on first use.
 func (a *app) gvisor() (*oci.Runsc, error) {
@@ -295,6 +319,9 @@ func (a *app) runtime(isolation string) (oci.Runtime, error) {
 	}
 	switch isolation {
 	case "runc":
+		if a.pool != nil {
+			return a.pool, nil
+		}
 		return a.rt, nil
 	case "gvisor":
 		gv, err := a.gvisor()

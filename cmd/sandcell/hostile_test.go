@@ -289,6 +289,10 @@ func newHarness(t *testing.T, entries []*corpusEntry) *harness {
 	cfg.StateDir, cfg.LayerDir, cfg.CgroupParent = h.stateDir, layerHome(), h.cgParent
 	cfg.AutoBuild = false
 	cfg.MaxRuns, cfg.MaxQueue = 4, 16
+	// The harness checks that nothing of a run outlives it; a warm pool
+	// keeps containers on purpose (oci's pool tests check its isolation
+	// and identity with fresh runs).
+	cfg.PoolSize = 0
 	log := slog.New(slog.DiscardHandler)
 	a, err := openApp(cfg, log)
 	if err != nil {
