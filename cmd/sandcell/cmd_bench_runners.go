@@ -38,18 +38,15 @@ type benchRunner struct {
 }
 
 // benchRunnerKeys are the runners in column order.
-var benchRunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh", "gvisor"}
+var benchRunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh", "pooled", "gvisor"}
 
 // runners are the available runners, all or those of list (keys of
 // benchRunnerKeys). A runner named in list that is not available is an
 // error; one not named is left out with a note on stderr.
 //
-// The pooled runner (issue #9's warm pools) goes into this list as
-//
-//	{key: "pooled", name: "sandcell pooled", throughput: true, run: b.sandcell(execRequest{...})}
-//
-// with whatever execRequest field or isolation selects the pool, and
-// "pooled" added to benchRunnerKeys.
+// "sandcell fresh" bypasses the warm pool (execRequest.Fresh); "sandcell
+// pooled" goes through it as every server call does, so the pool learns
+// the case's demand from the interleaved runs and refills between them.
 func (b *bencher) runners(list string) ([]benchRunner, error) {
 	all := []benchRunner{
 		{key: "bare", name: "bare host", throughput: true, run: b.bare},
@@ -57,7 +54,8 @@ func (b *bencher) runners(list string) ([]benchRunner, error) {
 		{key: "runc", name: "runc CLI", run: b.runcCLI},
 		{key: "runsc", name: "runsc CLI", run: b.runscCLI(false)},
 		{key: "runsc-cg", name: "runsc CLI (cgroup)", run: b.runscCLI(true)},
-		{key: "fresh", name: "sandcell fresh", throughput: true, run: b.sandcell(execRequest{Isolation: "runc"})},
+		{key: "fresh", name: "sandcell fresh", throughput: true, run: b.sandcell(execRequest{Isolation: "runc", Fresh: true})},
+		{key: "pooled", name: "sandcell pooled", throughput: true, run: b.sandcell(execRequest{Isolation: "runc"})},
 		{key: "gvisor", name: "sandcell gvisor", run: b.sandcell(execRequest{Isolation: "gvisor"})},
 	}
 	missing := map[string]string{}
@@ -66,6 +64,9 @@ func (b *bencher) runners(list string) ([]benchRunner, error) {
 	}
 	if b.runcPath == "" {
 		missing["runc"] = "runc CLI not found"
+	}
+	if b.a.pool == nil {
+		missing["pooled"] = "warm pools are off (--pool-size 0)"
 	}
 	if b.gvErr != nil {
 		missing["runsc"] = b.gvErr.Error()
@@ -187,7 +188,7 @@ func (b *bencher) host() string {
 func (b *bencher) sandcell(tmpl execRequest) func(context.Context, *benchCase, int) (string, error) {
 	return func(ctx context.Context, c *benchCase, _ int) (string, error) {
 		er := c.er
-		er.Isolation = tmpl.Isolation
+		er.Isolation, er.Fresh = tmpl.Isolation, tmpl.Fresh
 		res, _, err := b.a.execute(ctx, er)
 		if err != nil {
 			return "", err

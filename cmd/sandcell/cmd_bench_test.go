@@ -299,7 +299,7 @@ func TestBenchReal(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("bench: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
-	want := []string{"bare host", "bwrap", "runc CLI", "sandcell fresh"}
+	want := []string{"bare host", "bwrap", "runc CLI", "sandcell fresh", "sandcell pooled"}
 	_, runscErr := exec.LookPath("runsc")
 	if runscErr == nil || os.Getenv("CI") == "true" {
 		want = append(want, "runsc CLI", "runsc CLI (cgroup)", "sandcell gvisor")

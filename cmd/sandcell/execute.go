@@ -34,6 +34,7 @@ type execRequest struct {
 	Env       []string
 	Limits    limits.Set // zero fields: server defaults
 	Isolation string     // "runc", "gvisor", or "" for the server's default
+	Fresh     bool       // bypass the warm pool (the benchmark's fresh runner)
 	// Workspace is the session's persistent /work (nil: a one-shot run);
 	// WorkBytes the size of its /work tmpfs, the session's quota (the
 	// run's writes there still count against its memory limit, as tmpfs
@@ -61,6 +62,9 @@ func (a *app) execute(ctx context.Context, er execRequest) (oci.Result, []string
 		return oci.Result{}, nil, err
 	}
 	rt, err := a.runtime(er.Isolation)
+	if er.Fresh && rt == oci.Runtime(a.pool) && a.pool != nil {
+		rt = a.rt
+	}
 	if err != nil {
 		return oci.Result{}, nil, err
 	}
