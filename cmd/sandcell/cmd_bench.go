@@ -114,7 +114,13 @@ func cmdBench(ctx context.Context, env *cliEnv, args []string) int {
 			return 2
 		}
 	}
-	a, err := openApp(env.cfg, env.log)
+	// The pooled runner needs a pool: the bench turns one on (of 4) when
+	// the server's default (off) is in force.
+	cfg := env.cfg
+	if cfg.PoolSize == 0 {
+		cfg.PoolSize = 4
+	}
+	a, err := openApp(cfg, env.log)
 	if err != nil {
 		return env.fail(err)
 	}

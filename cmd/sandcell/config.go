@@ -93,7 +93,10 @@ type Config struct {
 	EgressAllow  map[string][]string
 	EgressHosts  map[string][]netip.Addr
 	// PoolSize is the most containers prepared ahead per pool key (same
-	// root, limits, environment...); 0 turns warm pools off. PoolIdle is
+	// root, limits, environment...); 0 (the default) turns warm pools
+	// off: idle prepared containers are live processes, cgroups and mounts
+	// that an operator asks for (e.g. --pool-size 4 for an agent or an
+	// evaluation harness). PoolIdle is
 	// how long a key goes unasked before its pool shrinks to zero.
 	PoolSize int
 	PoolIdle time.Duration
@@ -115,7 +118,7 @@ func DefaultConfig() Config {
 		SessionQuota: 256 << 20,
 		MaxRuns:      runtime.NumCPU(),
 		MaxQueue:     4 * runtime.NumCPU(),
-		PoolSize:     4,
+		PoolSize:     0,
 		PoolIdle:     oci.DefaultPoolIdle,
 	}
 }
@@ -152,7 +155,7 @@ func (c *Config) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRuns, "max-runs", c.MaxRuns, "runs at once (default: the number of CPUs)")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "runs waiting for a slot before calls are refused as busy (default 4 x the number of CPUs)")
 	c.addDepsFlags(fs)
-	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "warm pool: most containers prepared ahead per language and limits (0: off)")
+	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "warm pool: most containers prepared ahead per language and limits (0: off, the default; 4 suits an agent or an evaluation harness)")
 	fs.DurationVar(&c.PoolIdle, "pool-idle", c.PoolIdle, "warm pool: a language and limits not asked for this long get no containers prepared ahead")
 }
 
