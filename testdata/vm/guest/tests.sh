@@ -40,7 +40,12 @@ summary=$out/summary.txt
 #                 once they pass on the host; they then run here on cgroup v2.
 # -test.short makes TestTeardownSequential do 20 runs instead of 200 (200
 # took 258 s under TCG).
-OCI_EXCLUDE='TestTimeouts TestCancel'
+#   TestPoolShrinksAndRefills  its pool forgets a key after 300 ms idle, less
+#                 than one container takes to prepare under TCG, so the
+#                 refill it waits for never comes; the pool's logic is not
+#                 cgroup-version specific and runs on the host in CI (the
+#                 other pool tests run here).
+OCI_EXCLUDE='TestTimeouts TestCancel TestPoolShrinksAndRefills'
 OCI_SKIP='/gvisor'
 [ -f "$out/selection.env" ] && . "$out/selection.env"
 [ -n "${SANDCELL_VM_SKIP:-}" ] && OCI_SKIP=$SANDCELL_VM_SKIP
