@@ -17,7 +17,6 @@ import (
 
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
-	"github.com/sandcell/sandcell/seccomp"
 )
 
 // identityProbe prints, as JSON, what a Python program can observe of how
@@ -433,15 +432,7 @@ func poolCrashChild() {
 		fmt.Fprintln(os.Stderr, "pool crash child:", err)
 		os.Exit(1)
 	}
-	filter, err := seccomp.Profile()
-	if err != nil {
-		fail(err)
-	}
-	parent, err := limits.EnsureParent(limits.ParentConfig{Path: os.Getenv("SANDCELL_CRASH_CGROUP"), MemoryBytes: 4 << 30, Pids: 4096})
-	if err != nil {
-		fail(err)
-	}
-	rt, err := oci.NewLibcontainer(oci.LibcontainerConfig{StateDir: os.Getenv("SANDCELL_CRASH_STATE"), Seccomp: filter, Cgroups: parent, CgroupMode: limits.DetectMode()})
+	rt, err := crashRuntime()
 	if err != nil {
 		fail(err)
 	}

@@ -264,15 +264,7 @@ func crashChild() {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
 		os.Exit(1)
 	}
-	filter, err := seccomp.Profile()
-	if err != nil {
-		fail(err)
-	}
-	parent, err := limits.EnsureParent(limits.ParentConfig{Path: os.Getenv("SANDCELL_CRASH_CGROUP"), MemoryBytes: 4 << 30, Pids: 4096})
-	if err != nil {
-		fail(err)
-	}
-	rt, err := oci.NewLibcontainer(oci.LibcontainerConfig{StateDir: os.Getenv("SANDCELL_CRASH_STATE"), Seccomp: filter, Cgroups: parent, CgroupMode: limits.DetectMode()})
+	rt, err := crashRuntime()
 	if err != nil {
 		fail(err)
 	}
@@ -292,4 +284,18 @@ func crashChild() {
 	fmt.Println("running", c.ID())
 	c.Wait(context.Background())
 	fail(fmt.Errorf("the run ended before the kill"))
+}
+
+// crashRuntime is the runtime of a crash child (crashChild,
+// poolCrashChild): the state dir and cgroup parent its test gave it.
+func crashRuntime() (*oci.Libcontainer, error) {
+	filter, err := seccomp.Profile()
+	if err != nil {
+		return nil, err
+	}
+	parent, err := limits.EnsureParent(limits.ParentConfig{Path: os.Getenv("SANDCELL_CRASH_CGROUP"), MemoryBytes: 4 << 30, Pids: 4096})
+	if err != nil {
+		return nil, err
+	}
+	return oci.NewLibcontainer(oci.LibcontainerConfig{StateDir: os.Getenv("SANDCELL_CRASH_STATE"), Seccomp: filter, Cgroups: parent, CgroupMode: limits.DetectMode()})
 }
