@@ -736,3 +736,12 @@ func (p *Parent) moveAll(dir, to string, d delegOps) error {
 	}
 	return fmt.Errorf("%w: %s keeps gaining processes", ErrBusy, dir)
 }
+
+// UserName is the login name of uid, or the number: the User of a
+// DelegateConfig or DelegatedConfig, for messages.
+func UserName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(uid)
+}

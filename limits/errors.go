@@ -1,13 +1,18 @@
 package limits
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/sandcell/sandcell/api"
+)
 
 // Sentinel errors. Errors returned by this package wrap one of these with what and which;
 // check them with errors.Is.
 var (
 	// ErrInvalid: a limit, a size string or a configuration value is negative, malformed or
 	// outside its sane range. The message names the field and the value.
-	ErrInvalid = errors.New("invalid limit")
+	// It is in class api.ErrInvalid: the caller can fix it.
+	ErrInvalid = api.Invalid("invalid limit")
 	// ErrNoCgroup: cgroup support is missing: no cgroup filesystem, a required controller is
 	// not mounted, or a run's cgroup is already gone (read usage before destroying a container).
 	ErrNoCgroup = errors.New("cgroup support missing")

@@ -1,6 +1,11 @@
 package limits
 
-import cgroups "github.com/containerd/cgroups/v3"
+import (
+	"fmt"
+	"os"
+
+	cgroups "github.com/containerd/cgroups/v3"
+)
 
 // DetectMode reports the cgroup layout mounted at /sys/fs/cgroup (containerd's cgroups.Mode,
 // computed once per process).
@@ -14,4 +19,16 @@ func DetectMode() Mode {
 		return Unified
 	}
 	return Unavailable
+}
+
+// HostMemory is MemTotal from /proc/meminfo in bytes (1 GiB if unreadable).
+func HostMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err == nil {
+		var kb int64
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil && kb > 0 {
+			return kb * 1024
+		}
+	}
+	return 1 << 30
 }

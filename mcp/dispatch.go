@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"slices"
 	"time"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // handlerFunc handles one request method. params is nil or a JSON object.
@@ -224,7 +226,7 @@ func (ss *Session) handleRequest(m *message, r replier) {
 		if m.Method == "tools/call" {
 			// The same answer as a full run gate: a result the model can
 			// act on, with a delay.
-			ex.finish(errorResult("%s", (&BusyError{RetryAfter: time.Second, Running: cap(ss.slots)}).Error()), nil)
+			ex.finish(errorResult("%s", (&api.BusyError{RetryAfter: time.Second, Running: cap(ss.slots)}).Error()), nil)
 		} else {
 			ex.finish(nil, errorf(CodeInternalError, "too many requests in flight in this session (at most %d): wait for one to finish", cap(ss.slots)))
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -14,99 +15,20 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 )
 
 // Executor runs one program in fresh sandboxes. It is the whole of what
-// the run tools know about sandboxes; cmd/sandcell implements it over the
-// oci runtime.
+// the run tools know about sandboxes; package service implements it over
+// the executor.
 type Executor interface {
 	// Execute runs req. A cancelled ctx must kill the sandbox. An error
-	// with a zero Result (empty Status) means the request was refused
-	// (unknown language, bad limits, unknown session, busy): its text is
-	// shown to the model.
-	Execute(ctx context.Context, req ExecuteRequest) (ExecuteResult, error)
-}
-
-// ExecuteRequest is one program to run: the language's program made of
-// Source (execute_code), a command (run_command) or a file of the session
-// (run_script).
-type ExecuteRequest struct {
-	// Language names the program's language; for a command it only
-	// chooses the root filesystem ("": the session's language, else sh).
-	Language string
-	Source   []byte
-	// Command, if set, is the argv run instead of a language's program.
-	Command []string
-	// Script, if set, is the path (relative to /work) of a file of the
-	// session run as the language's program.
-	Script string
-	// Args are appended to the program's argv.
-	Args []string
-	// Files are written into /work before the run (over the session's).
-	Files []File
-	// Env is added to the program's environment.
-	Env   map[string]string
-	Stdin []byte // nil: no input (/dev/null)
-	// Limits may only tighten the server's defaults; zero fields mean
-	// "the default". The executor clamps to its ceilings.
-	Limits limits.Set
-	// Isolation is "runc", "gvisor", or "" for the server's default.
-	Isolation string
-	// SessionID, if set, runs with the session's persistent /work.
-	SessionID string
-	// Dependencies are packages the run needs (execute_code's
-	// dependencies): their dependency layer is mounted read-only,
-	// installed first if no run asked for the same set before.
-	Dependencies []string
-	// Output, if set, receives the program's output while it runs (the
-	// caller asked for progress). stream is "stdout" or "stderr", prefixed
-	// with "compile " in a compile phase. It must not block.
-	Output func(stream, text string)
-}
-
-// File is a file given with a run.
-type File struct {
-	Path string
-	Data []byte
-	Mode uint32 // permission bits; 0: 0644
-}
-
-// ExecuteResult is the result of a run: the run phase's verdict and, for a
-// compiled language, the compile phase's. Its phase fields are oci.Result's
-// (the CLI's --json, structuredContent and the seed's flat result share
-// them).
-type ExecuteResult struct {
-	PhaseResult
-	Compile       *PhaseResult `json:"compile,omitempty" jsonschema:"the compile phase's own result, for compiled languages"`
-	CompileFailed bool         `json:"compile_failed,omitempty" jsonschema:"the compile phase failed and the program did not run; stdout and stderr are the compiler's"`
-	SessionID     string       `json:"session_id,omitempty" jsonschema:"the session the run used"`
-	Files         []FileChange `json:"files,omitempty" jsonschema:"files of the session's /work that the run created, changed or deleted"`
-}
-
-// PhaseResult is one sandboxed run: the fixed fields of sandcell's result.
-type PhaseResult struct {
-	Stdout          string            `json:"stdout" jsonschema:"the program's standard output (UTF-8, control characters and escape sequences removed, capped)"`
-	Stderr          string            `json:"stderr" jsonschema:"the program's standard error (UTF-8, control characters and escape sequences removed, capped)"`
-	ExitCode        int               `json:"exit_code" jsonschema:"exit status; 128+N when signal N killed the program"`
-	Signal          string            `json:"signal" jsonschema:"the signal that killed the program (SIGKILL), or empty"`
-	Status          string            `json:"status" jsonschema:"ok, error, timeout, memory_limit, output_limit, cancelled or internal_error"`
-	ExecutionTimeMS int64             `json:"execution_time_ms" jsonschema:"wall-clock time of the program in milliseconds"`
-	CPUTimeMS       int64             `json:"cpu_time_ms" jsonschema:"CPU time used in milliseconds"`
-	MemoryPeakBytes int64             `json:"memory_peak_bytes" jsonschema:"peak memory use in bytes"`
-	StdoutTruncated bool              `json:"stdout_truncated" jsonschema:"stdout passed its cap (the run was killed then)"`
-	StderrTruncated bool              `json:"stderr_truncated" jsonschema:"stderr passed its cap (the run was killed then)"`
-	Message         string            `json:"message,omitempty" jsonschema:"for statuses other than ok and error: which limit, or what failed"`
-	LimitsEnforced  map[string]string `json:"limits_enforced,omitempty" jsonschema:"each limit that held for this run and how (cgroup, or the rlimit standing in for it on a rootless host); a limit not named was not enforced"`
-}
-
-// FileChange is a file of a session's /work that a run changed.
-type FileChange struct {
-	Path string `json:"path" jsonschema:"path relative to /work"`
-	Kind string `json:"kind" jsonschema:"created, modified or deleted"`
-	Type string `json:"type" jsonschema:"file, dir or symlink"`
-	Size int64  `json:"size" jsonschema:"size in bytes after the run"`
-	URI  string `json:"uri,omitempty" jsonschema:"the file as an MCP resource (sandbox://SESSION/PATH)"`
+	// means the request was refused (unknown language, bad limits,
+	// unknown session: api.ErrInvalid; busy: api.BusyError) and nothing
+	// ran: its text is shown to the model. A run that failed, sandcell's
+	// own failures included, is a result.
+	Execute(ctx context.Context, req api.Request) (api.Result, error)
 }
 
 // RunOptions are the arguments every run tool shares.
@@ -257,12 +179,12 @@ func AddExecuteCode(s *Server, exec Executor, opts *ExecuteToolOptions) {
 	}
 	t := &Tool{Name: "execute_code", Title: "Execute code in a sandbox", Description: desc,
 		InputSchema: runSchema[ExecuteInput](o), Annotations: runAnnotations("Execute code in a sandbox")}
-	AddTool(s, t, func(ctx context.Context, req *CallToolRequest, in ExecuteInput) (*CallToolResult, ExecuteResult, error) {
+	AddTool(s, t, func(ctx context.Context, req *CallToolRequest, in ExecuteInput) (*CallToolResult, api.Result, error) {
 		files, err := decodeFiles(in.Files)
 		if err != nil {
-			return nil, ExecuteResult{}, err
+			return nil, api.Result{}, err
 		}
-		er := ExecuteRequest{Language: in.Language, Source: []byte(in.Source), Args: in.Args, Files: files, SessionID: in.SessionID,
+		er := api.Request{Language: in.Language, Source: []byte(in.Source), Args: in.Args, Files: files, SessionID: in.SessionID,
 			Dependencies: in.Dependencies}
 		return runTool(ctx, s, exec, req, o, er, in.RunOptions)
 	})
@@ -275,19 +197,19 @@ func AddRunCommand(s *Server, exec Executor, opts *ExecuteToolOptions) {
 		Description: "Run a shell command (command, with sh -c) or a program (argv) in a fresh sandbox, in /work. " +
 			"With session_id it sees and changes the session's files; language picks whose tools are installed.",
 		InputSchema: runSchema[CommandInput](o), Annotations: runAnnotations("Run a command in a sandbox")}
-	AddTool(s, t, func(ctx context.Context, req *CallToolRequest, in CommandInput) (*CallToolResult, ExecuteResult, error) {
+	AddTool(s, t, func(ctx context.Context, req *CallToolRequest, in CommandInput) (*CallToolResult, api.Result, error) {
 		var argv []string
 		switch {
 		case in.Command != "" && len(in.Argv) > 0:
-			return nil, ExecuteResult{}, errors.New("give command or argv, not both")
+			return nil, api.Result{}, errors.New("give command or argv, not both")
 		case in.Command != "":
 			argv = []string{"/bin/sh", "-c", in.Command}
 		case len(in.Argv) > 0 && in.Argv[0] != "":
 			argv = in.Argv
 		default:
-			return nil, ExecuteResult{}, errors.New("give a command (a shell command line) or argv (a program and its arguments)")
+			return nil, api.Result{}, errors.New("give a command (a shell command line) or argv (a program and its arguments)")
 		}
-		er := ExecuteRequest{Language: in.Language, Command: argv, SessionID: in.SessionID}
+		er := api.Request{Language: in.Language, Command: argv, SessionID: in.SessionID}
 		return runTool(ctx, s, exec, req, o, er, in.RunOptions)
 	})
 }
@@ -299,17 +221,17 @@ func AddRunScript(s *Server, exec Executor, opts *ExecuteToolOptions) {
 		Description: "Run a file of a session's /work as a program of its language (from the extension unless given), " +
 			"compiling it first for compiled languages, in a fresh sandbox.",
 		InputSchema: runSchema[ScriptInput](o), Annotations: runAnnotations("Run a script from a session")}
-	AddTool(s, t, func(ctx context.Context, req *CallToolRequest, in ScriptInput) (*CallToolResult, ExecuteResult, error) {
+	AddTool(s, t, func(ctx context.Context, req *CallToolRequest, in ScriptInput) (*CallToolResult, api.Result, error) {
 		if in.SessionID == "" || in.Path == "" {
-			return nil, ExecuteResult{}, errors.New("run_script needs session_id and path")
+			return nil, api.Result{}, errors.New("run_script needs session_id and path")
 		}
-		er := ExecuteRequest{Language: in.Language, Script: in.Path, Args: in.Args, SessionID: in.SessionID}
+		er := api.Request{Language: in.Language, Script: in.Path, Args: in.Args, SessionID: in.SessionID}
 		return runTool(ctx, s, exec, req, o, er, in.RunOptions)
 	})
 }
 
-func decodeFiles(in []InputFile) ([]File, error) {
-	files := make([]File, 0, len(in))
+func decodeFiles(in []InputFile) ([]api.File, error) {
+	files := make([]api.File, 0, len(in))
 	for _, f := range in {
 		var data []byte
 		switch f.Encoding {
@@ -324,7 +246,7 @@ func decodeFiles(in []InputFile) ([]File, error) {
 		default:
 			return nil, fmt.Errorf("file %q: encoding must be utf8 or base64", truncate(f.Path, 80))
 		}
-		files = append(files, File{Path: f.Path, Data: data})
+		files = append(files, api.File{Path: f.Path, Data: data})
 	}
 	return files, nil
 }
@@ -333,29 +255,30 @@ func decodeFiles(in []InputFile) ([]File, error) {
 // when the client asked for it, and builds the tool result: the result as
 // structuredContent, one text block for the model, and a resource link for
 // each file the run changed in its session.
-func runTool(ctx context.Context, s *Server, exec Executor, req *CallToolRequest, o ExecuteToolOptions, er ExecuteRequest, ro RunOptions) (*CallToolResult, ExecuteResult, error) {
+func runTool(ctx context.Context, s *Server, exec Executor, req *CallToolRequest, o ExecuteToolOptions, er api.Request, ro RunOptions) (*CallToolResult, api.Result, error) {
 	if ro.Stdin != nil {
 		er.Stdin = []byte(*ro.Stdin)
 	}
-	er.Env = ro.Env
+	for _, k := range slices.Sorted(maps.Keys(ro.Env)) {
+		er.Env = append(er.Env, k+"="+ro.Env[k])
+	}
 	er.Isolation = ro.Isolation
-	er.Limits.Timeout = time.Duration(mulSat(ro.TimeoutMS, int64(time.Millisecond)))
-	er.Limits.MemoryBytes = mulSat(ro.MemoryMB, 1<<20)
+	er.Limits = api.Limits{TimeoutMS: ro.TimeoutMS, MemoryMB: ro.MemoryMB}
 	live := startLiveOutput(req, o.ProgressEvery)
 	if live != nil {
 		er.Output = live.add
 	}
 	res, err := exec.Execute(ctx, er)
 	live.stop()
-	if err != nil && res.Status == "" {
+	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ExecuteResult{}, ctx.Err()
+			return nil, api.Result{}, ctx.Err()
 		}
-		var busy *BusyError
+		var busy *api.BusyError
 		if errors.As(err, &busy) {
-			return nil, ExecuteResult{}, busy
+			return nil, api.Result{}, busy
 		}
-		return nil, ExecuteResult{}, fmt.Errorf("%s refused the request: %v", req.Name, err)
+		return nil, api.Result{}, fmt.Errorf("%s refused the request: %v", req.Name, err)
 	}
 	if er.SessionID != "" {
 		res.SessionID = er.SessionID
@@ -387,11 +310,11 @@ func runTool(ctx context.Context, s *Server, exec Executor, req *CallToolRequest
 // prints "[end of stdout]" and a fake status line to make the rest look
 // like the server's words (prompt injection) would have to print the
 // digest of its own output, which includes what it prints.
-func resultText(r ExecuteResult) string {
+func resultText(r api.Result) string {
 	var b strings.Builder
 	sum := sha256.Sum256([]byte(r.Stdout + "\x00" + r.Stderr))
 	tag := hex.EncodeToString(sum[:6])
-	b.WriteString(statusLine(r.PhaseResult))
+	b.WriteString(statusLine(r.Phase))
 	if r.CompileFailed {
 		b.WriteString(" (compile error: the program did not run; the output below is the compiler's)")
 	}
@@ -414,8 +337,8 @@ func resultText(r ExecuteResult) string {
 	return b.String()
 }
 
-func statusLine(r PhaseResult) string {
-	line := "status: " + r.Status
+func statusLine(r api.Phase) string {
+	line := "status: " + string(r.Status)
 	switch {
 	case r.Signal != "":
 		line += fmt.Sprintf(", killed by %s (exit code %d)", r.Signal, r.ExitCode)
@@ -450,14 +373,3 @@ func mulSat(n, unit int64) int64 {
 // nulFree is the pattern of every path argument: a NUL byte cannot be in
 // a file name, and it must not reach the Sandbox.
 const nulFree = "^[^\\x00]*$"
-
-// BusyError refuses a run when the server's runs and queue are full.
-type BusyError struct {
-	RetryAfter       time.Duration
-	Running, Waiting int
-}
-
-func (e *BusyError) Error() string {
-	return fmt.Sprintf("busy, retry after %d ms: %d runs are running and %d waiting, the most this server allows",
-		max(e.RetryAfter.Milliseconds(), 1), e.Running, e.Waiting)
-}

@@ -7,13 +7,15 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // instantExecutor answers every run at once (the fuzzer must not block).
 type instantExecutor struct{}
 
-func (instantExecutor) Execute(_ context.Context, req ExecuteRequest) (ExecuteResult, error) {
-	return ExecuteResult{PhaseResult: PhaseResult{Stdout: string(req.Source), Status: "ok"}}, nil
+func (instantExecutor) Execute(_ context.Context, req api.Request) (api.Result, error) {
+	return api.Result{Phase: api.Phase{Stdout: string(req.Source), Status: "ok"}}, nil
 }
 
 // FuzzDispatch feeds arbitrary input to a stream session, as one line or

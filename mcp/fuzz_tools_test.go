@@ -18,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // The limits of the fuzzed tool set: small, so that the fuzzer reaches
@@ -58,7 +60,7 @@ var fuzzToolNames = []string{
 //     sandbox was asked;
 //   - arguments that do not validate never reach the sandbox;
 //   - the sandbox never receives a path with a NUL byte, nor an
-//     ExecuteRequest outside the schema (language, isolation, list and
+//     api.Request outside the schema (language, isolation, list and
 //     text lengths), nor limits or a TTL other than the ones asked for
 //     (timeout_ms, memory_mb, ttl: exactly, or saturated when they do not
 //     fit a time.Duration or int64 bytes);
@@ -262,19 +264,21 @@ func checkAsked(t *testing.T, name string, args []byte, sb *fuzzSandbox) {
 	exec, ttl, created := sb.exec, sb.ttl, sb.created
 	sb.mu.Unlock()
 	if exec != nil {
+		// The tools pass limits on in request units; limits.FromRequest
+		// converts them, saturating (TestFromRequest).
 		want := int64(0)
 		if ms, ok := num("timeout_ms"); ok {
-			want = min(ms, math.MaxInt64/int64(time.Millisecond))
+			want = ms
 		}
-		if got := exec.Limits.Timeout; got < 0 || int64(got/time.Millisecond) != want {
-			fuzzBug(t, "timeout-overflow", "%s(%s): the sandbox received timeout %v (%d ms), want %d ms", name, args, got, int64(got/time.Millisecond), want)
+		if got := exec.Limits.TimeoutMS; got != want {
+			fuzzBug(t, "timeout-overflow", "%s(%s): the sandbox received timeout %d ms, want %d ms", name, args, got, want)
 		}
 		want = 0
 		if mb, ok := num("memory_mb"); ok {
-			want = min(mb, math.MaxInt64>>20)
+			want = mb
 		}
-		if got := exec.Limits.MemoryBytes; got < 0 || got>>20 != want {
-			fuzzBug(t, "memory-overflow", "%s(%s): the sandbox received memory %d bytes (%d MiB), want %d MiB", name, args, got, got>>20, want)
+		if got := exec.Limits.MemoryMB; got != want {
+			fuzzBug(t, "memory-overflow", "%s(%s): the sandbox received memory %d MiB, want %d MiB", name, args, got, want)
 		}
 	}
 	if created {
@@ -418,8 +422,8 @@ type fuzzSandbox struct {
 	mu         sync.Mutex
 	calls      []string
 	violations []fuzzViolation
-	exec       *ExecuteRequest // the last run
-	ttl        time.Duration   // the last CreateSession's
+	exec       *api.Request  // the last run
+	ttl        time.Duration // the last CreateSession's
 	created    bool
 }
 
@@ -464,7 +468,7 @@ func (f *fuzzSandbox) violate(kind, format string, args ...any) {
 	f.violations = append(f.violations, fuzzViolation{kind, fmt.Sprintf(format, args...)})
 }
 
-func (f *fuzzSandbox) Execute(_ context.Context, req ExecuteRequest) (ExecuteResult, error) {
+func (f *fuzzSandbox) Execute(_ context.Context, req api.Request) (api.Result, error) {
 	paths := []string{req.Script}
 	for _, fl := range req.Files {
 		paths = append(paths, fl.Path)
@@ -475,15 +479,15 @@ func (f *fuzzSandbox) Execute(_ context.Context, req ExecuteRequest) (ExecuteRes
 	f.mu.Unlock()
 	f.checkRun(req)
 	if err != nil {
-		return ExecuteResult{}, err
+		return api.Result{}, err
 	}
-	res := ExecuteResult{PhaseResult: PhaseResult{Stdout: string(req.Source), Stderr: strings.Join(req.Args, " "), Status: "ok", ExecutionTimeMS: 1}}
+	res := api.Result{Phase: api.Phase{Stdout: string(req.Source), Stderr: strings.Join(req.Args, " "), Status: "ok", ExecutionTimeMS: 1}}
 	if req.Language == "sh" {
-		res.Compile = &PhaseResult{Status: "ok"}
+		res.Compile = &api.Phase{Status: "ok"}
 	}
 	if req.SessionID != "" {
 		for _, fl := range req.Files {
-			res.Files = append(res.Files, FileChange{Path: fl.Path, Kind: "created", Type: "file", Size: int64(len(fl.Data))})
+			res.Files = append(res.Files, api.FileChange{Path: fl.Path, Kind: "created", Type: "file", Size: int64(len(fl.Data))})
 		}
 	}
 	if len(req.Files)%2 == 1 {
@@ -493,7 +497,7 @@ func (f *fuzzSandbox) Execute(_ context.Context, req ExecuteRequest) (ExecuteRes
 }
 
 // checkRun checks a run against the run tools' input schemas.
-func (f *fuzzSandbox) checkRun(req ExecuteRequest) {
+func (f *fuzzSandbox) checkRun(req api.Request) {
 	tooLong := func(what, s string) {
 		if n := utf8.RuneCountInString(s); n > fuzzMaxSource {
 			f.violate("schema", "Execute: %s of %d characters, at most %d", what, n, fuzzMaxSource)
@@ -529,11 +533,11 @@ func (f *fuzzSandbox) checkRun(req ExecuteRequest) {
 	if len(req.Args) > 4096 || len(req.Files) > 1000 {
 		f.violate("schema", "Execute: %d args, %d files", len(req.Args), len(req.Files))
 	}
-	if t := req.Limits.Timeout; t < 0 || (t > 0 && t < time.Millisecond) {
-		f.violate("timeout-overflow", "Execute: timeout %v", t)
+	if t := req.Limits.TimeoutMS; t < 0 {
+		f.violate("timeout-overflow", "Execute: timeout %d ms", t)
 	}
-	if m := req.Limits.MemoryBytes; m < 0 || (m > 0 && m < 8<<20) {
-		f.violate("memory-overflow", "Execute: memory %d bytes", m)
+	if m := req.Limits.MemoryMB; m < 0 || (m > 0 && m < 8) {
+		f.violate("memory-overflow", "Execute: memory %d MiB", m)
 	}
 }
 
@@ -564,7 +568,7 @@ func (f *fuzzSandbox) ResetSession(_ context.Context, id string) error {
 	return f.called("ResetSession", id)
 }
 
-func (f *fuzzSandbox) ListFiles(_ context.Context, id, dir string, recursive bool) ([]FileEntry, error) {
+func (f *fuzzSandbox) ListFiles(_ context.Context, id, dir string, recursive bool) ([]api.FileEntry, error) {
 	if err := f.called("ListFiles", id, dir); err != nil {
 		return nil, err
 	}
@@ -572,7 +576,7 @@ func (f *fuzzSandbox) ListFiles(_ context.Context, id, dir string, recursive boo
 		return nil, nil // an empty directory: nil, which must become []
 	}
 	p := strings.Trim(dir+"/f", "/")
-	return []FileEntry{{Path: p, Type: "file", Size: 1, Mode: "0644", MTime: fakeMTime}}, nil
+	return []api.FileEntry{{Path: p, Type: "file", Size: 1, Mode: "0644", MTime: fakeMTime}}, nil
 }
 
 // ReadFile reads a file whose content is its path.
@@ -591,14 +595,14 @@ func (f *fuzzSandbox) ReadFile(_ context.Context, id, p string, offset, length i
 	return data[start:end], size, nil
 }
 
-func (f *fuzzSandbox) WriteFile(_ context.Context, id, p string, data []byte, mode uint32) (FileEntry, bool, error) {
+func (f *fuzzSandbox) WriteFile(_ context.Context, id, p string, data []byte, mode uint32) (api.FileEntry, bool, error) {
 	if err := f.called("WriteFile", id, p); err != nil {
-		return FileEntry{}, false, err
+		return api.FileEntry{}, false, err
 	}
 	if mode > 0o777 || len(data) > fuzzMaxFile {
 		f.violate("schema", "WriteFile: mode %o, %d bytes", mode, len(data))
 	}
-	return FileEntry{Path: strings.Trim(p, "/"), Type: "file", Size: int64(len(data)), Mode: fmt.Sprintf("%04o", mode), MTime: fakeMTime}, len(data)%2 == 0, nil
+	return api.FileEntry{Path: strings.Trim(p, "/"), Type: "file", Size: int64(len(data)), Mode: fmt.Sprintf("%04o", mode), MTime: fakeMTime}, len(data)%2 == 0, nil
 }
 
 func (f *fuzzSandbox) DeleteFile(_ context.Context, id, p string) error {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // fakeExecutor stands in for the sandbox: source "echo TEXT" prints TEXT,
@@ -21,17 +23,17 @@ type fakeExecutor struct {
 	started   chan struct{}
 }
 
-func (f *fakeExecutor) Execute(ctx context.Context, req ExecuteRequest) (ExecuteResult, error) {
+func (f *fakeExecutor) Execute(ctx context.Context, req api.Request) (api.Result, error) {
 	src := string(req.Source)
 	switch {
 	case strings.HasPrefix(src, "echo "):
-		return ExecuteResult{PhaseResult: PhaseResult{Stdout: strings.TrimPrefix(src, "echo ") + "\n" + string(req.Stdin), Status: "ok", ExecutionTimeMS: 12}}, nil
+		return api.Result{Phase: api.Phase{Stdout: strings.TrimPrefix(src, "echo ") + "\n" + string(req.Stdin), Status: "ok", ExecutionTimeMS: 12}}, nil
 	case src == "fail":
-		return ExecuteResult{PhaseResult: PhaseResult{Stderr: "boom\n", ExitCode: 3, Status: "error", ExecutionTimeMS: 5}}, nil
+		return api.Result{Phase: api.Phase{Stderr: "boom\n", ExitCode: 3, Status: "error", ExecutionTimeMS: 5}}, nil
 	case src == "timeout":
-		return ExecuteResult{PhaseResult: PhaseResult{ExitCode: 137, Signal: "SIGKILL", Status: "timeout", Message: "wall-clock limit of 10s reached; the run was killed"}}, nil
+		return api.Result{Phase: api.Phase{ExitCode: 137, Signal: "SIGKILL", Status: "timeout", Message: "wall-clock limit of 10s reached; the run was killed"}}, nil
 	case src == "refuse":
-		return ExecuteResult{}, errors.New(`unknown language "cobol"`)
+		return api.Result{}, errors.New(`unknown language "cobol"`)
 	case src == "block":
 		if f.started != nil {
 			f.started <- struct{}{}
@@ -40,15 +42,15 @@ func (f *fakeExecutor) Execute(ctx context.Context, req ExecuteRequest) (Execute
 		f.mu.Lock()
 		f.cancelled++
 		f.mu.Unlock()
-		return ExecuteResult{PhaseResult: PhaseResult{Status: "cancelled", ExitCode: 137, Signal: "SIGKILL", Message: "cancelled"}}, nil
+		return api.Result{Phase: api.Phase{Status: "cancelled", ExitCode: 137, Signal: "SIGKILL", Message: "cancelled"}}, nil
 	case src == "slow":
 		select {
 		case <-time.After(1500 * time.Millisecond):
 		case <-ctx.Done():
 		}
-		return ExecuteResult{PhaseResult: PhaseResult{Stdout: "done\n", Status: "ok"}}, nil
+		return api.Result{Phase: api.Phase{Stdout: "done\n", Status: "ok"}}, nil
 	}
-	return ExecuteResult{PhaseResult: PhaseResult{Status: "ok"}}, nil
+	return api.Result{Phase: api.Phase{Status: "ok"}}, nil
 }
 
 func (f *fakeExecutor) cancelCount() int {

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // Installer installs a language's packages as a dependency layer:
@@ -63,7 +65,7 @@ func addInstallTool(s *Server, in Installer, languages []string) {
 				if ctx.Err() != nil {
 					return nil, InstallResult{}, ctx.Err()
 				}
-				var busy *BusyError
+				var busy *api.BusyError
 				if errors.As(err, &busy) {
 					return nil, InstallResult{}, busy
 				}

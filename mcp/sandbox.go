@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // Sandbox is everything sandcell's tools reach: runs (Executor), the
@@ -27,10 +29,10 @@ type Sandbox interface {
 	CreateSession(ctx context.Context, language string, ttl time.Duration) (SessionInfo, error)
 	CloseSession(ctx context.Context, id string) error
 	ResetSession(ctx context.Context, id string) error
-	ListFiles(ctx context.Context, id, path string, recursive bool) ([]FileEntry, error)
+	ListFiles(ctx context.Context, id, path string, recursive bool) ([]api.FileEntry, error)
 	ReadFile(ctx context.Context, id, path string, offset, length int64) (data []byte, size int64, err error)
 	// WriteFile creates or replaces a file; created says it did not exist.
-	WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) (e FileEntry, created bool, err error)
+	WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) (e api.FileEntry, created bool, err error)
 	DeleteFile(ctx context.Context, id, path string) error
 	// Describe says in a few words what deleting path ("" : every file of
 	// the session) would destroy, for the confirmation.
@@ -55,16 +57,6 @@ type SessionInfo struct {
 	TTLSecs   int64     `json:"ttl_seconds" jsonschema:"idle time after which the session is removed"`
 	QuotaB    int64     `json:"quota_bytes" jsonschema:"the most its /work may hold"`
 	URI       string    `json:"uri" jsonschema:"the URI prefix of its files as MCP resources"`
-}
-
-// FileEntry is one file of a session's /work.
-type FileEntry struct {
-	Path   string    `json:"path" jsonschema:"path relative to /work"`
-	Type   string    `json:"type" jsonschema:"file, dir, symlink or other"`
-	Size   int64     `json:"size" jsonschema:"size in bytes"`
-	Mode   string    `json:"mode" jsonschema:"permission bits, octal"`
-	MTime  time.Time `json:"mtime" jsonschema:"last modification"`
-	Target string    `json:"target,omitempty" jsonschema:"a symlink's target (never followed by the server)"`
 }
 
 // FileURI is the resource URI of a session's file: sandbox://SESSION/PATH
@@ -240,7 +232,7 @@ type listFilesInput struct {
 }
 
 type listFilesOutput struct {
-	Entries []FileEntry `json:"entries" jsonschema:"the files, sorted by path"`
+	Entries []api.FileEntry `json:"entries" jsonschema:"the files, sorted by path"`
 }
 
 type readFileInput struct {
@@ -299,7 +291,7 @@ func addFileTools(s *Server, sb Sandbox, o SandboxOptions) {
 			}
 			s.sandboxes.remember(req.session(), in.SessionID)
 			if entries == nil {
-				entries = []FileEntry{}
+				entries = []api.FileEntry{}
 			}
 			return nil, listFilesOutput{Entries: entries}, nil
 		})
@@ -351,13 +343,13 @@ func addFileTools(s *Server, sb Sandbox, o SandboxOptions) {
 	AddTool(s, &Tool{Name: "write_file", Title: "Write a session's file", InputSchema: win,
 		Description: "Write (create or replace) a file in a session's /work.",
 		Annotations: &ToolAnnotations{Title: "Write a session's file", ReadOnlyHint: Ptr(false), DestructiveHint: Ptr(true), IdempotentHint: Ptr(true), OpenWorldHint: Ptr(false)}},
-		func(ctx context.Context, req *CallToolRequest, in writeFileInput) (*CallToolResult, FileEntry, error) {
+		func(ctx context.Context, req *CallToolRequest, in writeFileInput) (*CallToolResult, api.FileEntry, error) {
 			files, err := decodeFiles([]InputFile{{Path: in.Path, Content: in.Content, Encoding: in.Encoding}})
 			if err != nil {
-				return nil, FileEntry{}, err
+				return nil, api.FileEntry{}, err
 			}
 			if len(files[0].Data) > o.MaxFileBytes {
-				return nil, FileEntry{}, fmt.Errorf("content is %d bytes, at most %d per write_file", len(files[0].Data), o.MaxFileBytes)
+				return nil, api.FileEntry{}, fmt.Errorf("content is %d bytes, at most %d per write_file", len(files[0].Data), o.MaxFileBytes)
 			}
 			var mode uint64 = 0o644
 			if in.Mode != "" {
@@ -365,14 +357,14 @@ func addFileTools(s *Server, sb Sandbox, o SandboxOptions) {
 			}
 			e, created, err := sb.WriteFile(ctx, in.SessionID, in.Path, files[0].Data, uint32(mode))
 			if err != nil {
-				return nil, FileEntry{}, err
+				return nil, api.FileEntry{}, err
 			}
 			s.sandboxes.remember(req.session(), in.SessionID)
 			kind := "modified"
 			if created {
 				kind = "created"
 			}
-			s.filesChanged(in.SessionID, []FileChange{{Path: e.Path, Kind: kind, Type: e.Type, Size: e.Size}})
+			s.filesChanged(in.SessionID, []api.FileChange{{Path: e.Path, Kind: kind, Type: e.Type, Size: e.Size}})
 			return &CallToolResult{Content: []Content{
 				TextContent(fmt.Sprintf("wrote %s (%d bytes)", e.Path, e.Size)),
 				{Type: "resource_link", URI: FileURI(in.SessionID, e.Path), Name: e.Path, MIMEType: mimeType(e.Path, files[0].Data)},
@@ -397,7 +389,7 @@ func addFileTools(s *Server, sb Sandbox, o SandboxOptions) {
 			if err := sb.DeleteFile(ctx, in.SessionID, in.Path); err != nil {
 				return nil, doneOutput{}, err
 			}
-			s.filesChanged(in.SessionID, []FileChange{{Path: path.Clean(strings.TrimPrefix(in.Path, "/")), Kind: "deleted"}})
+			s.filesChanged(in.SessionID, []api.FileChange{{Path: path.Clean(strings.TrimPrefix(in.Path, "/")), Kind: "deleted"}})
 			return nil, doneOutput{SessionID: in.SessionID, Done: "deleted " + what}, nil
 		})
 }
@@ -419,7 +411,7 @@ func addListLanguages(s *Server, sb Sandbox) {
 // filesChanged tells subscribers that files of a session changed, and the
 // protocol sessions that know the session that its file list did when
 // files came or went.
-func (s *Server) filesChanged(session string, changes []FileChange) {
+func (s *Server) filesChanged(session string, changes []api.FileChange) {
 	listChanged := false
 	for _, c := range changes {
 		s.ResourceUpdated(FileURI(session, c.Path))

@@ -18,18 +18,20 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // fakeSandbox is an in-memory Sandbox: each session is a map of path to
 // file. Execute records every request and runs exec (nil: a run that
 // prints "ran"); set exec before the first connection.
 type fakeSandbox struct {
-	exec func(ctx context.Context, req ExecuteRequest) (ExecuteResult, error)
+	exec func(ctx context.Context, req api.Request) (api.Result, error)
 
 	mu       sync.Mutex
 	sessions map[string]map[string]fakeFile
 	nextID   int
-	runs     []ExecuteRequest
+	runs     []api.Request
 }
 
 type fakeFile struct {
@@ -48,18 +50,18 @@ var fakeMTime = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 var errFakeNotFound = errors.New("no such session or file")
 
-func (f *fakeSandbox) Execute(ctx context.Context, req ExecuteRequest) (ExecuteResult, error) {
+func (f *fakeSandbox) Execute(ctx context.Context, req api.Request) (api.Result, error) {
 	f.mu.Lock()
 	f.runs = append(f.runs, req)
 	f.mu.Unlock()
 	if f.exec != nil {
 		return f.exec(ctx, req)
 	}
-	return ExecuteResult{PhaseResult: PhaseResult{Stdout: "ran\n", Status: "ok"}}, nil
+	return api.Result{Phase: api.Phase{Stdout: "ran\n", Status: "ok"}}, nil
 }
 
 // lastRun is the last request Execute saw.
-func (f *fakeSandbox) lastRun(t *testing.T) ExecuteRequest {
+func (f *fakeSandbox) lastRun(t *testing.T) api.Request {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -114,11 +116,11 @@ func (f *fakeSandbox) ResetSession(_ context.Context, id string) error {
 	return nil
 }
 
-func (ff fakeFile) entry(p string) FileEntry {
-	return FileEntry{Path: p, Type: "file", Size: int64(len(ff.data)), Mode: fmt.Sprintf("%04o", ff.mode), MTime: fakeMTime}
+func (ff fakeFile) entry(p string) api.FileEntry {
+	return api.FileEntry{Path: p, Type: "file", Size: int64(len(ff.data)), Mode: fmt.Sprintf("%04o", ff.mode), MTime: fakeMTime}
 }
 
-func (f *fakeSandbox) ListFiles(_ context.Context, id, dir string, recursive bool) ([]FileEntry, error) {
+func (f *fakeSandbox) ListFiles(_ context.Context, id, dir string, recursive bool) ([]api.FileEntry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	files, ok := f.sessions[id]
@@ -129,7 +131,7 @@ func (f *fakeSandbox) ListFiles(_ context.Context, id, dir string, recursive boo
 	if prefix != "" {
 		prefix += "/"
 	}
-	seen := map[string]FileEntry{}
+	seen := map[string]api.FileEntry{}
 	for p, ff := range files {
 		rest, ok := strings.CutPrefix(p, prefix)
 		if !ok {
@@ -138,13 +140,13 @@ func (f *fakeSandbox) ListFiles(_ context.Context, id, dir string, recursive boo
 		parts := strings.Split(rest, "/")
 		for i := 1; i < len(parts) && (recursive || i == 1); i++ { // the directories on the way
 			d := prefix + strings.Join(parts[:i], "/")
-			seen[d] = FileEntry{Path: d, Type: "dir", Mode: "0755", MTime: fakeMTime}
+			seen[d] = api.FileEntry{Path: d, Type: "dir", Mode: "0755", MTime: fakeMTime}
 		}
 		if recursive || len(parts) == 1 {
 			seen[p] = ff.entry(p)
 		}
 	}
-	return slices.SortedFunc(maps.Values(seen), func(a, b FileEntry) int { return strings.Compare(a.Path, b.Path) }), nil
+	return slices.SortedFunc(maps.Values(seen), func(a, b api.FileEntry) int { return strings.Compare(a.Path, b.Path) }), nil
 }
 
 func (f *fakeSandbox) ReadFile(_ context.Context, id, p string, offset, length int64) ([]byte, int64, error) {
@@ -160,12 +162,12 @@ func (f *fakeSandbox) ReadFile(_ context.Context, id, p string, offset, length i
 	return bytes.Clone(ff.data[offset:end]), size, nil
 }
 
-func (f *fakeSandbox) WriteFile(_ context.Context, id, p string, data []byte, mode uint32) (FileEntry, bool, error) {
+func (f *fakeSandbox) WriteFile(_ context.Context, id, p string, data []byte, mode uint32) (api.FileEntry, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	files, ok := f.sessions[id]
 	if !ok {
-		return FileEntry{}, false, errFakeNotFound
+		return api.FileEntry{}, false, errFakeNotFound
 	}
 	_, existed := files[p]
 	ff := fakeFile{data: bytes.Clone(data), mode: mode}
@@ -858,18 +860,18 @@ func TestSandboxLiveOutput(t *testing.T) {
 
 	s, f, _ := sandboxServer(t)
 	release := make(chan struct{})
-	f.exec = func(ctx context.Context, req ExecuteRequest) (ExecuteResult, error) {
+	f.exec = func(ctx context.Context, req api.Request) (api.Result, error) {
 		if req.Output == nil {
 			if string(req.Source) != "quiet" {
-				return ExecuteResult{}, errors.New("no Output for a call with a progressToken")
+				return api.Result{}, errors.New("no Output for a call with a progressToken")
 			}
-			return ExecuteResult{PhaseResult: PhaseResult{Status: "ok"}}, nil
+			return api.Result{Phase: api.Phase{Status: "ok"}}, nil
 		}
 		req.Output(first.stream, first.text)
 		select {
 		case <-release:
 		case <-ctx.Done():
-			return ExecuteResult{}, ctx.Err()
+			return api.Result{}, ctx.Err()
 		}
 		var stdout strings.Builder
 		for _, c := range burst {
@@ -878,7 +880,7 @@ func TestSandboxLiveOutput(t *testing.T) {
 				stdout.WriteString(c.text)
 			}
 		}
-		return ExecuteResult{PhaseResult: PhaseResult{Stdout: first.text + stdout.String(), Status: "ok"}}, nil
+		return api.Result{Phase: api.Phase{Stdout: first.text + stdout.String(), Status: "ok"}}, nil
 	}
 	c := dialSandbox(t, s, nil)
 
@@ -963,8 +965,8 @@ func TestSandboxBusy(t *testing.T) {
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
 			s, f, _ := sandboxServer(t)
-			f.exec = func(context.Context, ExecuteRequest) (ExecuteResult, error) {
-				return ExecuteResult{}, &BusyError{RetryAfter: 250 * time.Millisecond, Running: 2, Waiting: 8}
+			f.exec = func(context.Context, api.Request) (api.Result, error) {
+				return api.Result{}, &api.BusyError{RetryAfter: 250 * time.Millisecond, Running: 2, Waiting: 8}
 			}
 			c := dialSandbox(t, s, nil)
 			r := c.tool(tc.tool, tc.args)
@@ -981,7 +983,7 @@ func TestSandboxFiles(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		seed map[string]string // files of s1
-		exec func(context.Context, ExecuteRequest) (ExecuteResult, error)
+		exec func(context.Context, api.Request) (api.Result, error)
 		tool string
 		args map[string]any
 		// wantErr is in the text of an isError result that changed
@@ -1101,8 +1103,8 @@ func TestSandboxFiles(t *testing.T) {
 
 		{name: "run reports files", tool: "run_command",
 			args: map[string]any{"session_id": "s1", "command": "make"},
-			exec: func(_ context.Context, req ExecuteRequest) (ExecuteResult, error) {
-				return ExecuteResult{PhaseResult: PhaseResult{Status: "ok"}, Files: []FileChange{
+			exec: func(_ context.Context, req api.Request) (api.Result, error) {
+				return api.Result{Phase: api.Phase{Status: "ok"}, Files: []api.FileChange{
 					{Path: "out.txt", Kind: "created", Type: "file", Size: 3},
 					{Path: "old.txt", Kind: "deleted", Type: "file"},
 					{Path: "build", Kind: "created", Type: "dir"},
@@ -1134,8 +1136,8 @@ func TestSandboxFiles(t *testing.T) {
 			}},
 		{name: "run without session has no links", tool: "execute_code",
 			args: map[string]any{"language": "python", "source": "x"},
-			exec: func(_ context.Context, req ExecuteRequest) (ExecuteResult, error) {
-				return ExecuteResult{PhaseResult: PhaseResult{Status: "ok"}}, nil
+			exec: func(_ context.Context, req api.Request) (api.Result, error) {
+				return api.Result{Phase: api.Phase{Status: "ok"}}, nil
 			},
 			check: func(t *testing.T, r map[string]any, f *fakeSandbox) {
 				if l := resLinks(r); len(l) != 0 {
@@ -1288,10 +1290,10 @@ func TestSandboxResources(t *testing.T) {
 	s, f, _ := sandboxServer(t)
 	// "touch" reports that the run modified hello.txt; anything else
 	// changes nothing.
-	f.exec = func(_ context.Context, req ExecuteRequest) (ExecuteResult, error) {
-		res := ExecuteResult{PhaseResult: PhaseResult{Status: "ok"}}
+	f.exec = func(_ context.Context, req api.Request) (api.Result, error) {
+		res := api.Result{Phase: api.Phase{Status: "ok"}}
 		if slices.Contains(req.Command, "touch hello.txt") {
-			res.Files = []FileChange{{Path: "hello.txt", Kind: "modified", Type: "file", Size: 2}}
+			res.Files = []api.FileChange{{Path: "hello.txt", Kind: "modified", Type: "file", Size: 2}}
 		}
 		return res, nil
 	}
@@ -1429,34 +1431,34 @@ func TestSandboxArguments(t *testing.T) {
 		name    string
 		tool    string
 		args    map[string]any
-		wantErr string                                 // in the isError text; "" : success
-		check   func(t *testing.T, req ExecuteRequest) // the request the sandbox saw
+		wantErr string                              // in the isError text; "" : success
+		check   func(t *testing.T, req api.Request) // the request the sandbox saw
 	}{
 		{name: "command and argv", tool: "run_command", args: map[string]any{"command": "ls", "argv": []any{"ls"}}, wantErr: "not both"},
 		{name: "neither command nor argv", tool: "run_command", args: map[string]any{}, wantErr: "give a command"},
 		{name: "empty argv[0]", tool: "run_command", args: map[string]any{"argv": []any{""}}, wantErr: "give a command"},
 		{name: "command runs with sh -c", tool: "run_command", args: map[string]any{"command": "echo hi | wc -c", "session_id": "s1"},
-			check: func(t *testing.T, req ExecuteRequest) {
+			check: func(t *testing.T, req api.Request) {
 				if !slices.Equal(req.Command, []string{"/bin/sh", "-c", "echo hi | wc -c"}) || req.SessionID != "s1" || req.Source != nil {
 					t.Errorf("the sandbox ran %q in %q", req.Command, req.SessionID)
 				}
 			}},
 		{name: "argv runs without a shell", tool: "run_command", args: map[string]any{"argv": []any{"ls", "-l", "a b"}},
-			check: func(t *testing.T, req ExecuteRequest) {
+			check: func(t *testing.T, req api.Request) {
 				if !slices.Equal(req.Command, []string{"ls", "-l", "a b"}) {
 					t.Errorf("the sandbox ran %q", req.Command)
 				}
 			}},
 		{name: "run options", tool: "run_command",
 			args: map[string]any{"command": "cat", "language": "python", "stdin": "in", "env": map[string]any{"K": "v"}, "timeout_ms": 1500, "memory_mb": 64, "isolation": "gvisor"},
-			check: func(t *testing.T, req ExecuteRequest) {
-				if string(req.Stdin) != "in" || req.Env["K"] != "v" || req.Limits.Timeout != 1500*time.Millisecond ||
-					req.Limits.MemoryBytes != 64<<20 || req.Isolation != "gvisor" || req.Language != "python" {
+			check: func(t *testing.T, req api.Request) {
+				if string(req.Stdin) != "in" || !slices.Equal(req.Env, []string{"K=v"}) || req.Limits.TimeoutMS != 1500 ||
+					req.Limits.MemoryMB != 64 || req.Isolation != "gvisor" || req.Language != "python" {
 					t.Errorf("the sandbox saw stdin %q env %v limits %+v isolation %q language %q", req.Stdin, req.Env, req.Limits, req.Isolation, req.Language)
 				}
 			}},
 		{name: "no stdin is nil", tool: "run_command", args: map[string]any{"command": "cat"},
-			check: func(t *testing.T, req ExecuteRequest) {
+			check: func(t *testing.T, req api.Request) {
 				if req.Stdin != nil {
 					t.Errorf("stdin %q, want nil (no input)", req.Stdin)
 				}
@@ -1467,7 +1469,7 @@ func TestSandboxArguments(t *testing.T) {
 		{name: "script without path", tool: "run_script", args: map[string]any{"session_id": "s1"}, wantErr: "path"},
 		{name: "script with empty path", tool: "run_script", args: map[string]any{"session_id": "s1", "path": ""}, wantErr: "needs session_id and path"},
 		{name: "script", tool: "run_script", args: map[string]any{"session_id": "s1", "path": "src/main.py", "args": []any{"-v"}},
-			check: func(t *testing.T, req ExecuteRequest) {
+			check: func(t *testing.T, req api.Request) {
 				if req.Script != "src/main.py" || req.SessionID != "s1" || !slices.Equal(req.Args, []string{"-v"}) || req.Command != nil {
 					t.Errorf("the sandbox saw script %q session %q args %q command %q", req.Script, req.SessionID, req.Args, req.Command)
 				}
@@ -1476,7 +1478,7 @@ func TestSandboxArguments(t *testing.T) {
 			map[string]any{"path": "d.txt", "content": "text"},
 			map[string]any{"path": "d.bin", "content": base64.StdEncoding.EncodeToString(pngHeader), "encoding": "base64"},
 		}},
-			check: func(t *testing.T, req ExecuteRequest) {
+			check: func(t *testing.T, req api.Request) {
 				if len(req.Files) != 2 || string(req.Files[0].Data) != "text" || !bytes.Equal(req.Files[1].Data, pngHeader) || req.Files[1].Path != "d.bin" {
 					t.Errorf("the sandbox got files %+v", req.Files)
 				}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
-	"github.com/sandcell/sandcell/oci"
 )
 
 // Tests of the cgroup side of a run through libcontainer: the files it writes
@@ -27,7 +27,7 @@ func expectV2(t *testing.T, e *testEnv) {
 
 // runKeep runs a request like oci.Run but hands the finished container to
 // inspect before destroying it: the run's cgroup still exists then.
-func (e *testEnv) runKeep(t *testing.T, lang, source string, req limits.Set, inspect func(id string)) oci.Result {
+func (e *testEnv) runKeep(t *testing.T, lang, source string, req limits.Set, inspect func(id string)) api.Phase {
 	t.Helper()
 	c, err := e.rt.Prepare(context.Background(), newRequest(t, lang, source, req))
 	if err != nil {
@@ -135,7 +135,7 @@ func TestCgroupParentCeilings(t *testing.T) {
 	}
 	t.Run("memory", func(t *testing.T) {
 		res := e.run(t, "python", "chunks = []\nwhile True:\n    chunks.append(bytearray(4 << 20))\n", limits.Set{MemoryBytes: 256 << 20})
-		if res.Status != oci.StatusMemoryLimit {
+		if res.Status != api.StatusMemoryLimit {
 			t.Errorf("status %s (exit %d, signal %s), want memory_limit from the parent's 48 MiB; stderr: %s", res.Status, res.ExitCode, res.Signal, res.Stderr)
 		}
 		// The run's memory.peak is raised before the parent refuses a
@@ -184,14 +184,14 @@ func TestCgroupTeardownEveryVerdict(t *testing.T) {
 		name, lang, src string
 		req             limits.Set
 		cancelAfter     time.Duration
-		want            oci.Status
+		want            api.Status
 	}{
-		{"ok", "sh", bg + "exit 0\n", limits.Set{}, 0, oci.StatusOK},
-		{"error", "sh", bg + "exit 3\n", limits.Set{}, 0, oci.StatusError},
-		{"timeout", "sh", bg + "sleep 100\n", limits.Set{Timeout: time.Second}, 0, oci.StatusTimeout},
-		{"memory_limit", "sh", bg + "awk 'BEGIN { s = \"x\"; while (1) s = s s }'\n", limits.Set{MemoryBytes: 32 << 20}, 0, oci.StatusMemoryLimit},
-		{"output_limit", "sh", bg + "yes\n", limits.Set{OutputBytes: 64 << 10}, 0, oci.StatusOutputLimit},
-		{"cancelled", "sh", bg + "sleep 100\n", limits.Set{}, time.Second, oci.StatusCancelled},
+		{"ok", "sh", bg + "exit 0\n", limits.Set{}, 0, api.StatusOK},
+		{"error", "sh", bg + "exit 3\n", limits.Set{}, 0, api.StatusError},
+		{"timeout", "sh", bg + "sleep 100\n", limits.Set{Timeout: time.Second}, 0, api.StatusTimeout},
+		{"memory_limit", "sh", bg + "awk 'BEGIN { s = \"x\"; while (1) s = s s }'\n", limits.Set{MemoryBytes: 32 << 20}, 0, api.StatusMemoryLimit},
+		{"output_limit", "sh", bg + "yes\n", limits.Set{OutputBytes: 64 << 10}, 0, api.StatusOutputLimit},
+		{"cancelled", "sh", bg + "sleep 100\n", limits.Set{}, time.Second, api.StatusCancelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := e.rt.Prepare(context.Background(), newRequest(t, tc.lang, tc.src, tc.req))

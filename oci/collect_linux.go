@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // maxCollectFiles bounds the number of files Collect reads back from /work.
@@ -17,13 +19,13 @@ const maxCollectFiles = 4096
 // outputs), at most limit bytes together. It goes through an os.Root and
 // opens with O_NOFOLLOW: a symlink the program planted is skipped, never
 // followed onto the host.
-func collect(work string, limit int64) ([]File, error) {
+func collect(work string, limit int64) ([]api.File, error) {
 	root, err := os.OpenRoot(work)
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
-	var files []File
+	var files []api.File
 	var total int64
 	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
@@ -51,7 +53,7 @@ func collect(work string, limit int64) ([]File, error) {
 		if int64(len(data)) != fi.Size() {
 			return errors.New(name + " changed while being read")
 		}
-		files = append(files, File{Path: name, Data: data, Mode: fi.Mode().Perm()})
+		files = append(files, api.File{Path: name, Data: data, Mode: fi.Mode().Perm()})
 		return nil
 	})
 	return files, err

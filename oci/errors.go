@@ -1,11 +1,16 @@
 package oci
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/sandcell/sandcell/api"
+)
 
 // Sentinel errors of package oci. Callers test them with errors.Is.
 var (
-	// ErrInvalidRequest: the request itself is wrong (the caller can fix it).
-	ErrInvalidRequest = errors.New("invalid request")
+	// ErrInvalidRequest: the request itself is wrong (the caller can fix
+	// it). It is in class api.ErrInvalid.
+	ErrInvalidRequest = api.Invalid("invalid request")
 	// ErrRuntime: the container runtime failed (sandcell or the host is at fault).
 	ErrRuntime = errors.New("container runtime failed")
 	// ErrDestroyed: the container was used after Destroy.

@@ -24,6 +24,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 )
 
@@ -165,19 +166,24 @@ func (r *Libcontainer) stateRoot() string { return filepath.Join(r.dir, "state")
 
 // Prepare creates the container and starts its init, which waits for Start.
 func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (Container, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return r.prepareValid(ctx, req)
+}
+
+// prepareValid is Prepare of a request validated already (by a Pool).
+func (r *Libcontainer) prepareValid(ctx context.Context, req *Request) (Container, error) {
 	c, err := r.prepare(ctx, req, nil)
 	if err != nil {
-		return nil, err
+		return nil, err // not a nil *lcContainer in a non-nil Container
 	}
 	return c, nil
 }
 
-// prepare is Prepare; pre, if set, makes a container of a pool (see
-// prestart).
+// prepare is Prepare of a validated request; pre, if set, makes a
+// container of a pool (see prestart).
 func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart) (_ *lcContainer, retErr error) {
-	if err := req.Validate(); err != nil {
-		return nil, err
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -205,7 +211,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	if r.cfg.Cgroups != nil {
 		host.CgroupsPath = r.cfg.Cgroups.ChildPath(id)
 	}
-	spec, err := Spec(req, host)
+	spec, err := buildSpec(req, host)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +371,7 @@ func (c *lcContainer) Start(ctx context.Context) error {
 
 // Wait enforces the wall clock, the output caps and cancellation, then
 // reads the cgroup's counters and decides the verdict.
-func (c *lcContainer) Wait(ctx context.Context) Result {
+func (c *lcContainer) Wait(ctx context.Context) api.Phase {
 	return c.finish(ctx, c.kill, c.usage, c.cpuBase)
 }
 

@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
-	"github.com/sandcell/sandcell/oci"
 )
 
 func TestMemoryHog(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *testEnv) {
 		res := e.run(t, "python", "chunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n", limits.Set{MemoryBytes: 64 << 20})
-		if res.Status != oci.StatusMemoryLimit {
+		if res.Status != api.StatusMemoryLimit {
 			t.Fatalf("status %s (exit %d, signal %s), want memory_limit; stderr: %s", res.Status, res.ExitCode, res.Signal, res.Stderr)
 		}
 		if res.MemoryPeakBytes < 32<<20 {
@@ -32,7 +32,7 @@ func TestMemoryHogChildOfShellExitingZero(t *testing.T) {
 		if e.backend == "gvisor" {
 			// gVisor's sentry holds the program's memory: the kernel's
 			// OOM killer takes the whole sandbox, shell included.
-			if res.Status != oci.StatusMemoryLimit || res.ExitCode != 137 {
+			if res.Status != api.StatusMemoryLimit || res.ExitCode != 137 {
 				t.Errorf("status %s exit %d, want memory_limit 137", res.Status, res.ExitCode)
 			}
 			return
@@ -40,7 +40,7 @@ func TestMemoryHogChildOfShellExitingZero(t *testing.T) {
 		if res.ExitCode != 0 || !strings.Contains(res.Stdout, "survived") {
 			t.Fatalf("the shell should survive and exit 0: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
 		}
-		if res.Status != oci.StatusMemoryLimit {
+		if res.Status != api.StatusMemoryLimit {
 			t.Errorf("status %s, want memory_limit", res.Status)
 		}
 	})
@@ -56,14 +56,14 @@ func TestForkBombContained(t *testing.T) {
 			// the ptrace platform): at the pids limit the sentry itself
 			// cannot go on and the sandbox ends, reported as the program's
 			// error with the limit named.
-			if res.Status != oci.StatusError && res.Status != oci.StatusTimeout {
+			if res.Status != api.StatusError && res.Status != api.StatusTimeout {
 				t.Errorf("status %s, want error or timeout", res.Status)
 			}
-			if res.Status == oci.StatusError && !strings.Contains(res.Message, "processes/threads") {
+			if res.Status == api.StatusError && !strings.Contains(res.Message, "processes/threads") {
 				t.Errorf("message %q does not name the pids limit", res.Message)
 			}
 		default:
-			if res.Status != oci.StatusTimeout {
+			if res.Status != api.StatusTimeout {
 				t.Errorf("status %s, want timeout (the bomb runs until the wall clock ends it)", res.Status)
 			}
 		}
@@ -86,7 +86,7 @@ func TestTimeouts(t *testing.T) {
 				start := time.Now()
 				res := e.run(t, tc.lang, tc.src, limits.Set{Timeout: time.Second})
 				took := time.Since(start)
-				if res.Status != oci.StatusTimeout {
+				if res.Status != api.StatusTimeout {
 					t.Errorf("status %s, want timeout", res.Status)
 				}
 				// Required: the verdict comes within timeout + 0.5 s.
@@ -107,7 +107,7 @@ func TestCPUTimeLimit(t *testing.T) {
 		// The wall clock (10 s) must not be what stopped it: gVisor's kernel
 		// ignores RLIMIT_CPU, and a check of the status alone passed there
 		// while only the wall clock ended the run.
-		if res.Status != oci.StatusTimeout || !strings.Contains(res.Message, "CPU-time") {
+		if res.Status != api.StatusTimeout || !strings.Contains(res.Message, "CPU-time") {
 			t.Fatalf("status %s signal %s message %q, want timeout from the CPU-time limit", res.Status, res.Signal, res.Message)
 		}
 		if res.ExecutionTimeMS > 5000 {
@@ -133,7 +133,7 @@ func TestOutputFlood(t *testing.T) {
 				res := e.run(t, "python", tc.src, limits.Set{OutputBytes: 1 << 20})
 				var after runtime.MemStats
 				runtime.ReadMemStats(&after)
-				if res.Status != oci.StatusOutputLimit {
+				if res.Status != api.StatusOutputLimit {
 					t.Fatalf("status %s, want output_limit", res.Status)
 				}
 				// The cut stream ends in a marker; the other is empty.
@@ -172,7 +172,7 @@ for d in ("/tmp", "/work", "/dev/shm"):
     os.remove(d + "/fill")
 `
 		res := e.run(t, "python", src, limits.Set{TmpfsBytes: 8 << 20, MemoryBytes: 128 << 20})
-		if res.Status != oci.StatusOK {
+		if res.Status != api.StatusOK {
 			t.Fatalf("status %s: %s %s", res.Status, res.Message, res.Stderr)
 		}
 		want := "/tmp ENOSPC\n/work ENOSPC\n/dev/shm ENOSPC\n"
@@ -224,7 +224,7 @@ func hostTasks(t testing.TB) int {
 func TestCPUQuota(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *testEnv) {
 		res := e.run(t, "python", "while True:\n    pass\n", limits.Set{CPUs: 0.5, Timeout: 2 * time.Second})
-		if res.Status != oci.StatusTimeout {
+		if res.Status != api.StatusTimeout {
 			t.Fatalf("status %s, want timeout", res.Status)
 		}
 		ratio := float64(res.CPUTimeMS) / float64(res.ExecutionTimeMS)

@@ -9,8 +9,9 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/sandcell/sandcell/internal/netcopy"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/internal/netcopy"
 )
 
 // egressBridge is the egress mode's way out of a run's network

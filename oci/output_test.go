@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 )
@@ -19,7 +20,7 @@ func TestOutputCleaned(t *testing.T) {
 printf '\033]52;c;ZWNobyBwd25lZA==\007clip\033[2J\033[H\n' >&2
 `
 		res := e.run(t, "sh", src, limits.Set{})
-		if res.Status != oci.StatusOK {
+		if res.Status != api.StatusOK {
 			t.Fatalf("status %s: %s %q", res.Status, res.Message, res.Stderr)
 		}
 		if want := "red a\uFFFDb link\n"; res.Stdout != want {
@@ -66,7 +67,7 @@ func (l *liveOutput) joined(stream string) string {
 }
 
 // runLive runs a request with OnOutput and notes when Wait returned.
-func (e *testEnv) runLive(t *testing.T, req *oci.Request) (oci.Result, *liveOutput) {
+func (e *testEnv) runLive(t *testing.T, req *oci.Request) (api.Phase, *liveOutput) {
 	t.Helper()
 	l := &liveOutput{}
 	req.OnOutput = l.on
@@ -96,7 +97,7 @@ printf '\254 euro\r\n'
 printf 'err2\n' >&2
 `
 			res, l := e.runLive(t, newRequest(t, "sh", src, limits.Set{}))
-			if res.Status != oci.StatusOK {
+			if res.Status != api.StatusOK {
 				t.Fatalf("status %s: %s %q", res.Status, res.Message, res.Stderr)
 			}
 			if want := "one red\ntwo € euro\n"; res.Stdout != want {
@@ -117,7 +118,7 @@ printf 'err2\n' >&2
 			// the run, and nothing of it comes after Wait returned.
 			src := "(while :; do echo bg; sleep 0.01; done) &\n(while :; do echo bg >&2; sleep 0.01; done) &\nsleep 0.3\n"
 			res, l := e.runLive(t, newRequest(t, "sh", src, limits.Set{}))
-			if res.Status != oci.StatusOK {
+			if res.Status != api.StatusOK {
 				t.Fatalf("status %s: %s", res.Status, res.Message)
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -140,7 +141,7 @@ printf 'err2\n' >&2
 		t.Run("up to the cap", func(t *testing.T) {
 			src := "import sys\nsys.stdout.write('x' * 5000)\nsys.stdout.flush()\nsys.stdout.write('y' * 5000)\n"
 			res, l := e.runLive(t, newRequest(t, "python", src, limits.Set{OutputBytes: 6000}))
-			if res.Status != oci.StatusOutputLimit {
+			if res.Status != api.StatusOutputLimit {
 				t.Fatalf("status %s, want output_limit", res.Status)
 			}
 			want := strings.Repeat("x", 5000) + strings.Repeat("y", 1000)

@@ -18,6 +18,8 @@ import (
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // PoolConfig configures a Pool. The zero value of each field has the
@@ -191,7 +193,7 @@ func (p *Pool) Prepare(ctx context.Context, req *Request) (Container, error) {
 		return nil, err
 	}
 	if p.cfg.Size <= 0 {
-		return p.rt.Prepare(ctx, req)
+		return p.rt.prepareValid(ctx, req)
 	}
 	key, e, ok := p.classify(req)
 	now := time.Now()
@@ -199,7 +201,7 @@ func (p *Pool) Prepare(ctx context.Context, req *Request) (Container, error) {
 	if !ok || p.closed {
 		p.stats.Other++
 		p.mu.Unlock()
-		return p.rt.Prepare(ctx, req)
+		return p.rt.prepareValid(ctx, req)
 	}
 	if old := p.keys[key]; old != nil {
 		e = old
@@ -423,8 +425,8 @@ func (p *Pool) classify(req *Request) (string, *poolEntry, bool) {
 	for _, s := range p.cfg.Scripts {
 		name, ok := strings.CutPrefix(s[len(s)-1], workDir+"/")
 		if !ok || name == "" || strings.Contains(name, "/") || !slices.Equal(req.Args, s) || req.Workspace != nil ||
-			!slices.ContainsFunc(req.Files, func(f File) bool { return f.Path == name }) ||
-			slices.ContainsFunc(req.Files, func(f File) bool { return strings.HasPrefix(f.Path, ".") }) {
+			!slices.ContainsFunc(req.Files, func(f api.File) bool { return f.Path == name }) ||
+			slices.ContainsFunc(req.Files, func(f api.File) bool { return strings.HasPrefix(f.Path, ".") }) {
 			continue
 		}
 		e.kind, e.script = kindScript, name
@@ -484,11 +486,11 @@ func (p *Pool) bind(c *lcContainer, e *poolEntry, req *Request) error {
 	files := req.Files
 	if e.kind == kindScript {
 		files = slices.Clone(req.Files)
-		i := slices.IndexFunc(files, func(f File) bool { return f.Path == e.script })
+		i := slices.IndexFunc(files, func(f api.File) bool { return f.Path == e.script })
 		// The program is written beside its FIFO under a name no
 		// request file has, and renamed over the FIFO at Start.
 		tmp := ".sandcell-" + strconv.FormatUint(p.rt.seq.Add(1), 36) + "-" + e.script
-		for slices.ContainsFunc(files, func(f File) bool { return f.Path == tmp }) {
+		for slices.ContainsFunc(files, func(f api.File) bool { return f.Path == tmp }) {
 			tmp = "." + tmp
 		}
 		files[i].Path = tmp
@@ -498,7 +500,7 @@ func (p *Pool) bind(c *lcContainer, e *poolEntry, req *Request) error {
 		if p.rt.cfg.Cgroups != nil {
 			host.CgroupsPath = p.rt.cfg.Cgroups.ChildPath(c.id)
 		}
-		spec, err := Spec(req, host)
+		spec, err := buildSpec(req, host)
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 )
@@ -142,7 +143,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 
 // runHit runs req through the pool and fails unless a pooled container
 // served it.
-func runHit(t *testing.T, p *oci.Pool, req *oci.Request) oci.Result {
+func runHit(t *testing.T, p *oci.Pool, req *oci.Request) api.Phase {
 	t.Helper()
 	before := p.Stats().Hits
 	res, err := oci.Run(context.Background(), p, req)
@@ -175,7 +176,7 @@ func TestPoolIdentity(t *testing.T) {
 			mk := func() *oci.Request {
 				r := pythonRequest(t, identityProbe, limits.Set{}, tc.args...)
 				r.Stdin = tc.stdin
-				r.Files = append(r.Files, oci.File{Path: "data/extra.txt", Data: []byte("x"), Mode: 0o600})
+				r.Files = append(r.Files, api.File{Path: "data/extra.txt", Data: []byte("x"), Mode: 0o600})
 				return r
 			}
 			warm(t, p, mk)
@@ -184,8 +185,8 @@ func TestPoolIdentity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, r := range []oci.Result{fresh, pooled} {
-				if r.Status != oci.StatusOK {
+			for _, r := range []api.Phase{fresh, pooled} {
+				if r.Status != api.StatusOK {
 					t.Fatalf("probe: status %s, stderr %s", r.Status, r.Stderr)
 				}
 			}
@@ -239,14 +240,14 @@ func TestPoolVerdicts(t *testing.T) {
 	_, p := newPoolEnv(t, oci.PoolConfig{Size: 1})
 	cases := []struct {
 		name, src string
-		status    oci.Status
+		status    api.Status
 		code      int
 		stderr    string
 	}{
-		{"exit", "import sys; sys.exit(3)", oci.StatusError, 3, ""},
-		{"exception", "1/0", oci.StatusError, 1, "Traceback (most recent call last):\n  File \"/work/main.py\", line 1, in <module>\n    1/0\n    ~^~\nZeroDivisionError: division by zero\n"},
-		{"timeout", "while True: pass", oci.StatusTimeout, 137, ""},
-		{"output", "print('x' * 3000000)", oci.StatusOutputLimit, 0, ""},
+		{"exit", "import sys; sys.exit(3)", api.StatusError, 3, ""},
+		{"exception", "1/0", api.StatusError, 1, "Traceback (most recent call last):\n  File \"/work/main.py\", line 1, in <module>\n    1/0\n    ~^~\nZeroDivisionError: division by zero\n"},
+		{"timeout", "while True: pass", api.StatusTimeout, 137, ""},
+		{"output", "print('x' * 3000000)", api.StatusOutputLimit, 0, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -255,10 +256,10 @@ func TestPoolVerdicts(t *testing.T) {
 			}
 			warm(t, p, mk)
 			res := runHit(t, p, mk())
-			if res.Status != tc.status || (tc.status != oci.StatusOutputLimit && res.ExitCode != tc.code) || (tc.stderr != "" && res.Stderr != tc.stderr) {
+			if res.Status != tc.status || (tc.status != api.StatusOutputLimit && res.ExitCode != tc.code) || (tc.stderr != "" && res.Stderr != tc.stderr) {
 				t.Errorf("got status %s exit %d stderr %q, want %s %d %q", res.Status, res.ExitCode, res.Stderr, tc.status, tc.code, tc.stderr)
 			}
-			if tc.status == oci.StatusTimeout && res.ExecutionTimeMS < 2000 {
+			if tc.status == api.StatusTimeout && res.ExecutionTimeMS < 2000 {
 				t.Errorf("timed out after %d ms, before the 2 s limit", res.ExecutionTimeMS)
 			}
 		})
@@ -282,7 +283,7 @@ subprocess.Popen(['/bin/busybox', 'sleep', '100'], start_new_session=True)
 		for range 3 {
 			waitFor(t, "the pool to refill", func() bool { return p.IdleFor(mk()) > 0 })
 			res := runHit(t, p, mk())
-			if res.Status != oci.StatusOK || res.Stdout != "[] ['1']\n" {
+			if res.Status != api.StatusOK || res.Stdout != "[] ['1']\n" {
 				t.Fatalf("a pooled run saw another's leftovers or failed: %s %q %q", res.Status, res.Stdout, res.Stderr)
 			}
 		}
@@ -310,12 +311,12 @@ if len(sys.argv) > 1:
 	}
 	// Less memory: the allocation the pooled key allows must fail.
 	res, err = oci.Run(context.Background(), p, pythonRequest(t, src, limits.Set{MemoryBytes: 128 << 20}, "alloc"))
-	if err != nil || res.Status != oci.StatusMemoryLimit {
-		t.Errorf("memory 128 MiB allocating 300 MiB: status %s (%v), want %s", res.Status, err, oci.StatusMemoryLimit)
+	if err != nil || res.Status != api.StatusMemoryLimit {
+		t.Errorf("memory 128 MiB allocating 300 MiB: status %s (%v), want %s", res.Status, err, api.StatusMemoryLimit)
 	}
 	// The pooled key itself allows it.
 	res = runHit(t, p, pythonRequest(t, src, pooledLimits, "alloc"))
-	if res.Status != oci.StatusOK {
+	if res.Status != api.StatusOK {
 		t.Errorf("memory 512 MiB allocating 300 MiB: status %s %q", res.Status, res.Stderr)
 	}
 	if s := p.Stats(); s.Hits != before.Hits+1 {
@@ -352,7 +353,7 @@ func TestPoolBurst(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			res, err := oci.Run(context.Background(), p, mk(i))
-			if err == nil && (res.Status != oci.StatusOK || res.Stdout != fmt.Sprintf("%d\n", i)) {
+			if err == nil && (res.Status != api.StatusOK || res.Stdout != fmt.Sprintf("%d\n", i)) {
 				err = fmt.Errorf("run %d: %s %q %q", i, res.Status, res.Stdout, res.Stderr)
 			}
 			errs[i] = err
@@ -443,7 +444,7 @@ func poolCrashChild() {
 	p := oci.NewPool(rt, oci.PoolConfig{Size: 2, Scripts: [][]string{pythonArgs}})
 	for _, args := range [][]string{nil, nil, {"x"}, {"x"}} {
 		req := &oci.Request{Root: os.Getenv("SANDCELL_CRASH_ROOT"), Args: append(slices.Clone(pythonArgs), args...),
-			Files: []oci.File{{Path: "main.py", Data: []byte("print(1)")}}, Limits: lim}
+			Files: []api.File{{Path: "main.py", Data: []byte("print(1)")}}, Limits: lim}
 		if _, err := oci.Run(context.Background(), p, req); err != nil {
 			fail(err)
 		}

@@ -10,10 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
-
-	"github.com/sandcell/sandcell/rootfs"
 )
 
 // Recover removes what dead instances left behind: a server killed with -9
@@ -114,15 +113,25 @@ func removeMounted(dir string) error {
 
 // unmountUnder detaches every mount below dir, deepest first.
 func unmountUnder(dir string) error {
-	points, err := rootfs.MountsUnder(filepath.Clean(dir))
+	// This thread's view of the mount table (moby/sys/mountinfo reads
+	// /proc/thread-self): libcontainer moves some threads of this process
+	// into a container's mount namespace, and /proc/self may be one.
+	dir = filepath.Clean(dir)
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return err
+	}
+	var points []string
+	for _, m := range infos {
+		if m.Mountpoint != dir {
+			points = append(points, m.Mountpoint)
+		}
 	}
 	// Sorted, a mount point comes after its parent: reversed, children
 	// are detached before the mounts they sit on.
 	slices.Sort(points)
 	slices.Reverse(points)
-	runtime.LockOSThread() // this thread is in the host's mount namespace (see rootfs.MountsUnder)
+	runtime.LockOSThread() // a thread in the host's mount namespace (see above)
 	defer runtime.UnlockOSThread()
 	var errs []error
 	for _, p := range points {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 )
 
@@ -25,12 +26,13 @@ type Request struct {
 	// Stdin is the program's standard input. Nil means /dev/null.
 	Stdin []byte
 	// Files are written into /work before the program starts.
-	Files []File
+	Files []api.File
 	// Limits are the run's resolved limits (see limits.Resolve).
 	Limits limits.Set
-	// Collect asks for the files in /work after the program ended, in
-	// Result.Files: a compile phase's outputs, handed to the run phase.
-	Collect bool
+	// Collect, if set, receives the files left in /work after the program
+	// ended with status ok (a compile phase's outputs, handed to the run
+	// phase), from Wait, before the result is returned.
+	Collect func([]api.File)
 	// Workspace, if set, is a session's persistent /work: its files are
 	// copied into the run's fresh /work tmpfs before the request's Files
 	// are written (a File replaces an entry of the same path), and /work

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 )
 
@@ -23,7 +24,7 @@ import (
 type run struct {
 	id        string
 	limits    limits.Set
-	collect   bool
+	collect   func([]api.File)
 	workspace Workspace // set until Save was called
 	onOutput  func(stream, text string)
 	runDir    string
@@ -215,15 +216,15 @@ func (r *run) await(ctx context.Context, kill func()) (stopReason, error) {
 // A run whose program may still be alive when finish returns (no Start, or
 // a container that would not die) gets no live output after that and is not
 // saved to its workspace.
-func (r *run) finish(ctx context.Context, kill func(), usage func() limits.Usage, cpuBase time.Duration) Result {
+func (r *run) finish(ctx context.Context, kill func(), usage func() limits.Usage, cpuBase time.Duration) api.Phase {
 	if r.started.IsZero() {
 		r.mute()
-		return internalError(errors.New("Wait called before Start"))
+		return api.InternalError(errors.New("Wait called before Start"))
 	}
 	stop, err := r.await(ctx, kill)
 	if err != nil {
 		r.mute()
-		res := internalError(err)
+		res := api.InternalError(err)
 		if r.workspace != nil {
 			res.Message += "; " + notSaved
 		}
@@ -240,7 +241,7 @@ const notSaved = "(the session keeps its files from before this run)"
 // result waits for the streams to close, decides the verdict, and reads
 // /work back: Collect's files, then the workspace's Save. Preconditions: the
 // program's process was reaped.
-func (r *run) result(stop stopReason, usage limits.Usage) Result {
+func (r *run) result(stop stopReason, usage limits.Usage) api.Phase {
 	_, outTrunc := r.stdout.wait()
 	_, errTrunc := r.stderr.wait()
 	// Output past the cap that raced with the exit still counts.
@@ -250,19 +251,20 @@ func (r *run) result(stop stopReason, usage limits.Usage) Result {
 	status, msg := verdict(r.exit, stop, usage, r.limits)
 	// /work is read only when nothing of the run can change it any more.
 	var settleErr error
-	if (r.collect || r.workspace != nil) && r.settle != nil {
+	if (r.collect != nil || r.workspace != nil) && r.settle != nil {
 		if settleErr = r.settle(); settleErr != nil {
-			status, msg = StatusInternalError, "processes of the run outlived it: "+settleErr.Error()
+			status, msg = api.StatusInternalError, "processes of the run outlived it: "+settleErr.Error()
 			if r.workspace != nil {
 				msg += "; /work was not saved " + notSaved
 			}
 		}
 	}
-	var files []File
-	if r.collect && status == StatusOK {
-		var err error
-		if files, err = collect(r.work, r.limits.TmpfsBytes); err != nil {
-			status, msg = StatusError, "collecting the compiled files from /work: "+err.Error()
+	if r.collect != nil && status == api.StatusOK {
+		files, err := collect(r.work, r.limits.TmpfsBytes)
+		if err != nil {
+			status, msg = api.StatusError, "collecting the compiled files from /work: "+err.Error()
+		} else {
+			r.collect(files)
 		}
 	}
 	if ws := r.workspace; ws != nil && settleErr == nil {
@@ -270,13 +272,12 @@ func (r *run) result(stop stopReason, usage limits.Usage) Result {
 		if err := ws.Save(r.work); errors.Is(err, ErrWorkRefused) {
 			// The program left what the session may not keep (past its
 			// quota, too deep, too many entries): its doing, not ours.
-			status, msg = StatusError, fmt.Sprintf("the session did not keep this run's /work: %v %s", err, notSaved)
+			status, msg = api.StatusError, fmt.Sprintf("the session did not keep this run's /work: %v %s", err, notSaved)
 		} else if err != nil {
-			status, msg = StatusInternalError, fmt.Sprintf("saving /work to the session failed: %v %s", err, notSaved)
+			status, msg = api.StatusInternalError, fmt.Sprintf("saving /work to the session failed: %v %s", err, notSaved)
 		}
 	}
-	return Result{
-		Files:           files,
+	return api.Phase{
 		Stdout:          r.stdout.text(),
 		Stderr:          r.stderr.text(),
 		ExitCode:        r.exit.code,
@@ -380,7 +381,7 @@ func fillWork(work string, req *Request, uid, gid uint32) error {
 	return nil
 }
 
-func writeFile(root *os.Root, f File, uid, gid int) error {
+func writeFile(root *os.Root, f api.File, uid, gid int) error {
 	if dir := filepath.Dir(f.Path); dir != "." {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("%w: create directory for %q: %w", ErrInvalidRequest, f.Path, err)

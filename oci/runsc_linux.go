@@ -25,6 +25,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 )
 
@@ -220,7 +221,7 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 	if r.cfg.Cgroups != nil {
 		host.CgroupsPath = r.cfg.Cgroups.ChildPath(id)
 	}
-	spec, err := Spec(req, host)
+	spec, err := buildSpec(req, host)
 	if err != nil {
 		return nil, err
 	}
@@ -462,12 +463,12 @@ func (c *gvContainer) Start(ctx context.Context) error {
 }
 
 // Wait enforces the limits like the libcontainer backend does.
-func (c *gvContainer) Wait(ctx context.Context) Result {
+func (c *gvContainer) Wait(ctx context.Context) api.Phase {
 	res := c.finish(ctx, c.kill, c.usage, c.cpuBase)
 	// runsc reports its own failures (a sentry that could not start or
 	// crashed) with a status that is not the program's.
-	if res.Status == StatusError && res.ExitCode == 128 && res.Signal == "" && strings.Contains(res.Stderr, "running container:") {
-		res.Status = StatusInternalError
+	if res.Status == api.StatusError && res.ExitCode == 128 && res.Signal == "" && strings.Contains(res.Stderr, "running container:") {
+		res.Status = api.StatusInternalError
 		res.Message = "runsc failed: " + lastLine(res.Stderr)
 	}
 	return res

@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 )
 
 // run runs source in a language layer with the given limits (zero fields:
 // defaults) and fails the test on a sandcell error.
-func (e *testEnv) run(t testing.TB, lang, source string, req limits.Set, mod ...func(*oci.Request)) oci.Result {
+func (e *testEnv) run(t testing.TB, lang, source string, req limits.Set, mod ...func(*oci.Request)) api.Phase {
 	t.Helper()
 	r := newRequest(t, lang, source, req)
 	for _, m := range mod {
@@ -38,10 +39,10 @@ func newRequest(t testing.TB, lang, source string, req limits.Set) *oci.Request 
 	switch lang {
 	case "python":
 		r.Args = []string{"/usr/bin/python3", "-B", "/work/main.py"}
-		r.Files = []oci.File{{Path: "main.py", Data: []byte(source)}}
+		r.Files = []api.File{{Path: "main.py", Data: []byte(source)}}
 	case "sh":
 		r.Args = []string{"/bin/sh", "/work/main.sh"}
-		r.Files = []oci.File{{Path: "main.sh", Data: []byte(source)}}
+		r.Files = []api.File{{Path: "main.sh", Data: []byte(source)}}
 	default:
 		t.Fatalf("no test request for %s", lang)
 	}
@@ -70,7 +71,7 @@ func TestIsolationProbes(t *testing.T) {
 		res := e.run(t, "python", string(probe), limits.Set{}, func(r *oci.Request) {
 			r.Env = []string{"HOST_FILE=" + hostFile, "HOST_PORT=" + port}
 		})
-		if res.Status != oci.StatusOK {
+		if res.Status != api.StatusOK {
 			t.Fatalf("probe status %s (exit %d): %s\n%s", res.Status, res.ExitCode, res.Message, res.Stderr)
 		}
 		var got struct {
@@ -226,7 +227,7 @@ func TestStdinAndExitCode(t *testing.T) {
 		res := e.run(t, "sh", "read line; echo \"got $line\"; echo oops >&2; exit 3\n", limits.Set{}, func(r *oci.Request) {
 			r.Stdin = []byte("hello\n")
 		})
-		if res.Status != oci.StatusError || res.ExitCode != 3 {
+		if res.Status != api.StatusError || res.ExitCode != 3 {
 			t.Fatalf("status %s exit %d, want error 3", res.Status, res.ExitCode)
 		}
 		if res.Stdout != "got hello\n" || res.Stderr != "oops\n" {
@@ -242,7 +243,7 @@ func TestStdinAndExitCode(t *testing.T) {
 func TestSignalVerdict(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *testEnv) {
 		res := e.run(t, "sh", "sh -c 'kill -SEGV $$'\n", limits.Set{})
-		if res.Status != oci.StatusError || res.ExitCode != 128+11 || res.Signal != "" {
+		if res.Status != api.StatusError || res.ExitCode != 128+11 || res.Signal != "" {
 			t.Errorf("child killed by its own SIGSEGV: got status %s signal %q exit %d, want error 139", res.Status, res.Signal, res.ExitCode)
 		}
 		// Python raises SIGSEGV through a fault the kernel forces on it
@@ -251,7 +252,7 @@ func TestSignalVerdict(t *testing.T) {
 		// runsc reports a death by signal N as its own exit status 128+N:
 		// under gVisor the signal's name is not known.
 		wantSig := pick(e.backend == "gvisor", "", "SIGSEGV")
-		if res.Status != oci.StatusError || res.Signal != wantSig || res.ExitCode != 139 {
+		if res.Status != api.StatusError || res.Signal != wantSig || res.ExitCode != 139 {
 			t.Errorf("NULL dereference: got status %s signal %q exit %d, want error %q 139", res.Status, res.Signal, res.ExitCode, wantSig)
 		}
 	})
@@ -265,7 +266,7 @@ func TestCancel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Status != oci.StatusCancelled {
+		if res.Status != api.StatusCancelled {
 			t.Errorf("status %s, want cancelled", res.Status)
 		}
 	})

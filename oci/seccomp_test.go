@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/seccomp"
@@ -30,10 +31,10 @@ func buildProbe(t *testing.T) []byte {
 	return b
 }
 
-func (e *testEnv) runProbe(t *testing.T, probe []byte, mode string) oci.Result {
+func (e *testEnv) runProbe(t *testing.T, probe []byte, mode string) api.Phase {
 	t.Helper()
 	return e.run(t, "sh", "exec /work/probe "+mode+"\n", limits.Set{}, func(r *oci.Request) {
-		r.Files = append(r.Files, oci.File{Path: "probe", Data: probe, Mode: 0o755})
+		r.Files = append(r.Files, api.File{Path: "probe", Data: probe, Mode: 0o755})
 	})
 }
 
@@ -45,7 +46,7 @@ func TestSeccompDenials(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *testEnv) {
 		probe := buildProbe(t)
 		res := e.runProbe(t, probe, "all")
-		if res.Status != oci.StatusOK {
+		if res.Status != api.StatusOK {
 			t.Fatalf("probe: status %s exit %d signal %s\n%s%s", res.Status, res.ExitCode, res.Signal, res.Stdout, res.Stderr)
 		}
 		got := map[string]string{}

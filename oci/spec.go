@@ -89,6 +89,11 @@ func Spec(req *Request, h Host) (*specs.Spec, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	return buildSpec(req, h)
+}
+
+// buildSpec is Spec for a request that its backend's Prepare validated.
+func buildSpec(req *Request, h Host) (*specs.Spec, error) {
 	if h.Seccomp == nil {
 		return nil, fmt.Errorf("%w: no seccomp filter: every run needs one", ErrInvalidRequest)
 	}

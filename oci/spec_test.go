@@ -12,6 +12,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 )
 
@@ -22,7 +23,7 @@ func goldenRequest() (*Request, Host) {
 			Root:   "/var/lib/sandcell/layers/python/root",
 			Args:   []string{"/usr/bin/python3", "-B", "/work/main.py"},
 			Env:    []string{"PYTHONDONTWRITEBYTECODE=1"},
-			Files:  []File{{Path: "main.py", Data: []byte("print(1)\n")}},
+			Files:  []api.File{{Path: "main.py", Data: []byte("print(1)\n")}},
 			Limits: limits.Defaults(),
 		}, Host{
 			WorkDir:     "/run/sandcell/0123abcd/runs/0123abcd-1/work",
@@ -121,11 +122,11 @@ func TestSpecRejects(t *testing.T) {
 		{"bad env", func(r *Request, _ *Host) { r.Env = []string{"NOEQUALS"} }},
 		{"empty env key", func(r *Request, _ *Host) { r.Env = []string{"=x"} }},
 		{"relative cwd", func(r *Request, _ *Host) { r.Cwd = "work" }},
-		{"escaping file", func(r *Request, _ *Host) { r.Files = []File{{Path: "../etc/passwd"}} }},
-		{"absolute file", func(r *Request, _ *Host) { r.Files = []File{{Path: "/etc/passwd"}} }},
-		{"unclean file", func(r *Request, _ *Host) { r.Files = []File{{Path: "a/../../b"}} }},
+		{"escaping file", func(r *Request, _ *Host) { r.Files = []api.File{{Path: "../etc/passwd"}} }},
+		{"absolute file", func(r *Request, _ *Host) { r.Files = []api.File{{Path: "/etc/passwd"}} }},
+		{"unclean file", func(r *Request, _ *Host) { r.Files = []api.File{{Path: "a/../../b"}} }},
 		{"files too large", func(r *Request, _ *Host) {
-			r.Files = []File{{Path: "big", Data: make([]byte, r.Limits.TmpfsBytes+1)}}
+			r.Files = []api.File{{Path: "big", Data: make([]byte, r.Limits.TmpfsBytes+1)}}
 		}},
 		{"invalid limits", func(r *Request, _ *Host) { r.Limits.Timeout = -time.Second }},
 	} {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/seccomp"
@@ -137,7 +138,7 @@ func TestTeardownSequential(t *testing.T) {
 		fds := openFDs(t)
 		for i := 0; i < n; i++ {
 			res := e.run(t, "sh", "echo $$ > /tmp/pid\ntrue\n", limits.Set{})
-			if res.Status != oci.StatusOK {
+			if res.Status != api.StatusOK {
 				t.Fatalf("run %d: status %s: %s %s", i, res.Status, res.Message, res.Stderr)
 			}
 		}
@@ -161,7 +162,7 @@ echo shm: $(ls /dev/shm)
 echo marks: $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep '^MARK=' | sort -u)
 `
 		var wg sync.WaitGroup
-		results := make([]oci.Result, n)
+		results := make([]api.Phase, n)
 		errs := make([]error, n)
 		for i := 0; i < n; i++ {
 			wg.Add(1)
@@ -174,7 +175,7 @@ echo marks: $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep '^MARK=
 		}
 		wg.Wait()
 		for i, res := range results {
-			if errs[i] != nil || res.Status != oci.StatusOK {
+			if errs[i] != nil || res.Status != api.StatusOK {
 				t.Fatalf("run %d: %v %s %s", i, errs[i], res.Status, res.Stderr)
 			}
 			m := "m" + strconv.Itoa(i)
@@ -273,7 +274,7 @@ func crashChild() {
 		fail(err)
 	}
 	req := &oci.Request{Root: os.Getenv("SANDCELL_CRASH_ROOT"), Args: []string{"/bin/sh", "/work/main.sh"},
-		Files: []oci.File{{Path: "main.sh", Data: []byte("sleep 300\n")}}, Limits: lim}
+		Files: []api.File{{Path: "main.sh", Data: []byte("sleep 300\n")}}, Limits: lim}
 	c, err := rt.Prepare(context.Background(), req)
 	if err != nil {
 		fail(err)

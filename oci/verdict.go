@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 )
 
@@ -32,30 +33,30 @@ type exitInfo struct {
 // then the cgroup's OOM counter, never the exit code, because a memory hog
 // under `sh` can be OOM-killed while `sh` itself exits 0; then the CPU-time
 // rlimit (SIGXCPU at the soft limit, SIGKILL at the hard one); then the exit.
-func verdict(e exitInfo, stop stopReason, u limits.Usage, l limits.Set) (Status, string) {
+func verdict(e exitInfo, stop stopReason, u limits.Usage, l limits.Set) (api.Status, string) {
 	switch stop {
 	case stopCancelled:
-		return StatusCancelled, "the run was cancelled by the caller"
+		return api.StatusCancelled, "the run was cancelled by the caller"
 	case stopOutput:
-		return StatusOutputLimit, fmt.Sprintf("output passed the %s per-stream limit; the run was killed", limits.FormatSize(l.OutputBytes))
+		return api.StatusOutputLimit, fmt.Sprintf("output passed the %s per-stream limit; the run was killed", limits.FormatSize(l.OutputBytes))
 	case stopTimeout:
-		return StatusTimeout, fmt.Sprintf("wall-clock limit of %s reached; the run was killed", l.Timeout)
+		return api.StatusTimeout, fmt.Sprintf("wall-clock limit of %s reached; the run was killed", l.Timeout)
 	case stopCPUTime:
-		return StatusTimeout, fmt.Sprintf("CPU-time limit of %s reached; the run was killed", l.CPUTime.Round(time.Millisecond))
+		return api.StatusTimeout, fmt.Sprintf("CPU-time limit of %s reached; the run was killed", l.CPUTime.Round(time.Millisecond))
 	}
 	if u.OOMKills > 0 {
-		return StatusMemoryLimit, fmt.Sprintf("memory limit of %s reached: the kernel killed %d process(es)", limits.FormatSize(l.MemoryBytes), u.OOMKills)
+		return api.StatusMemoryLimit, fmt.Sprintf("memory limit of %s reached: the kernel killed %d process(es)", limits.FormatSize(l.MemoryBytes), u.OOMKills)
 	}
 	if e.signal == unix.SIGXCPU || (e.signal == unix.SIGKILL && l.CPUTime > 0 && u.CPUTime >= l.CPUTime) {
-		return StatusTimeout, fmt.Sprintf("CPU-time limit of %s reached", l.CPUTime.Round(time.Millisecond))
+		return api.StatusTimeout, fmt.Sprintf("CPU-time limit of %s reached", l.CPUTime.Round(time.Millisecond))
 	}
 	if e.signal == 0 && e.code == 0 {
-		return StatusOK, ""
+		return api.StatusOK, ""
 	}
 	if u.PidsMaxHits > 0 {
-		return StatusError, fmt.Sprintf("the limit of %d processes/threads was reached", l.Pids)
+		return api.StatusError, fmt.Sprintf("the limit of %d processes/threads was reached", l.Pids)
 	}
-	return StatusError, ""
+	return api.StatusError, ""
 }
 
 // signalName gives the conventional name of a signal ("SIGKILL"), or "".

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 )
 
@@ -16,27 +17,27 @@ func TestVerdict(t *testing.T) {
 		e    exitInfo
 		stop stopReason
 		u    limits.Usage
-		want Status
+		want api.Status
 	}{
-		{"clean exit", exitInfo{code: 0}, stopNone, limits.Usage{}, StatusOK},
-		{"non-zero exit", exitInfo{code: 3}, stopNone, limits.Usage{}, StatusError},
-		{"own signal", exitInfo{code: 139, signal: syscall.SIGSEGV}, stopNone, limits.Usage{}, StatusError},
-		{"oom under a shell that exits 0", exitInfo{code: 0}, stopNone, limits.Usage{OOMKills: 1}, StatusMemoryLimit},
-		{"oom of init", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{OOMKills: 1}, StatusMemoryLimit},
-		{"wall clock", exitInfo{code: 137, signal: syscall.SIGKILL}, stopTimeout, limits.Usage{}, StatusTimeout},
-		{"cpu watchdog (gVisor)", exitInfo{code: 137, signal: syscall.SIGKILL}, stopCPUTime, limits.Usage{}, StatusTimeout},
-		{"cpu soft limit", exitInfo{code: 152, signal: syscall.SIGXCPU}, stopNone, limits.Usage{}, StatusTimeout},
-		{"cpu hard limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: l.CPUTime + time.Millisecond}, StatusTimeout},
-		{"sigkill below cpu limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: time.Millisecond}, StatusError},
-		{"output cap beats oom", exitInfo{signal: syscall.SIGKILL}, stopOutput, limits.Usage{OOMKills: 1}, StatusOutputLimit},
-		{"cancel beats everything", exitInfo{signal: syscall.SIGKILL}, stopCancelled, limits.Usage{OOMKills: 1}, StatusCancelled},
+		{"clean exit", exitInfo{code: 0}, stopNone, limits.Usage{}, api.StatusOK},
+		{"non-zero exit", exitInfo{code: 3}, stopNone, limits.Usage{}, api.StatusError},
+		{"own signal", exitInfo{code: 139, signal: syscall.SIGSEGV}, stopNone, limits.Usage{}, api.StatusError},
+		{"oom under a shell that exits 0", exitInfo{code: 0}, stopNone, limits.Usage{OOMKills: 1}, api.StatusMemoryLimit},
+		{"oom of init", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{OOMKills: 1}, api.StatusMemoryLimit},
+		{"wall clock", exitInfo{code: 137, signal: syscall.SIGKILL}, stopTimeout, limits.Usage{}, api.StatusTimeout},
+		{"cpu watchdog (gVisor)", exitInfo{code: 137, signal: syscall.SIGKILL}, stopCPUTime, limits.Usage{}, api.StatusTimeout},
+		{"cpu soft limit", exitInfo{code: 152, signal: syscall.SIGXCPU}, stopNone, limits.Usage{}, api.StatusTimeout},
+		{"cpu hard limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: l.CPUTime + time.Millisecond}, api.StatusTimeout},
+		{"sigkill below cpu limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: time.Millisecond}, api.StatusError},
+		{"output cap beats oom", exitInfo{signal: syscall.SIGKILL}, stopOutput, limits.Usage{OOMKills: 1}, api.StatusOutputLimit},
+		{"cancel beats everything", exitInfo{signal: syscall.SIGKILL}, stopCancelled, limits.Usage{OOMKills: 1}, api.StatusCancelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, msg := verdict(tc.e, tc.stop, tc.u, l)
 			if got != tc.want {
 				t.Errorf("verdict(%+v, %v, %+v) = %s, want %s", tc.e, tc.stop, tc.u, got, tc.want)
 			}
-			if (got != StatusOK && got != StatusError) && msg == "" {
+			if (got != api.StatusOK && got != api.StatusError) && msg == "" {
 				t.Errorf("status %s without a message", got)
 			}
 		})

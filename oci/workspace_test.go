@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 )
@@ -182,7 +183,7 @@ func (e *testEnv) runProcesses(id string) func() []string {
 
 // runSession runs req with workspace w, step by step, and records in w's
 // call log when Start is called and when Wait returned.
-func (e *testEnv) runSession(t *testing.T, req *oci.Request, w *dirWorkspace) oci.Result {
+func (e *testEnv) runSession(t *testing.T, req *oci.Request, w *dirWorkspace) api.Phase {
 	t.Helper()
 	req.Workspace = w
 	c, err := e.runtime.Prepare(context.Background(), req)
@@ -229,7 +230,7 @@ rm /work/old.txt
 `
 		for run, want := range []string{"count 1 owner 1000\n", "count 2 owner 1000\n"} {
 			res := e.runSession(t, newRequest(t, "sh", src, limits.Set{}), w)
-			if res.Status != oci.StatusOK || res.Stdout != want {
+			if res.Status != api.StatusOK || res.Stdout != want {
 				t.Fatalf("run %d: status %s stdout %q stderr %q, want ok %q", run+1, res.Status, res.Stdout, res.Stderr, want)
 			}
 			checkSaved(t, w)
@@ -260,12 +261,12 @@ func TestWorkspaceSavedAfterKill(t *testing.T) {
 		for _, tc := range []struct {
 			name, lang, src string
 			limits          limits.Set
-			want            oci.Status
+			want            api.Status
 		}{
-			{"timeout", "sh", "echo before > /work/out.txt\nsleep 30\n", limits.Set{Timeout: time.Second}, oci.StatusTimeout},
+			{"timeout", "sh", "echo before > /work/out.txt\nsleep 30\n", limits.Set{Timeout: time.Second}, api.StatusTimeout},
 			{"memory limit", "python", "open('/work/out.txt', 'w').write('before\\n')\nchunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n",
-				limits.Set{MemoryBytes: 64 << 20}, oci.StatusMemoryLimit},
-			{"output limit", "sh", "echo before > /work/out.txt\nwhile :; do echo flood; done\n", limits.Set{OutputBytes: 64 << 10}, oci.StatusOutputLimit},
+				limits.Set{MemoryBytes: 64 << 20}, api.StatusMemoryLimit},
+			{"output limit", "sh", "echo before > /work/out.txt\nwhile :; do echo flood; done\n", limits.Set{OutputBytes: 64 << 10}, api.StatusOutputLimit},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				w := newDirWorkspace(t, nil)
@@ -288,7 +289,7 @@ func TestWorkspaceSaveError(t *testing.T) {
 		w.saveErr = errors.New("disk full")
 		res := e.runSession(t, newRequest(t, "sh", "echo out\nexit 3\n", limits.Set{}), w)
 		want := "saving /work to the session failed: disk full (the session keeps its files from before this run)"
-		if res.Status != oci.StatusInternalError || res.Message != want {
+		if res.Status != api.StatusInternalError || res.Message != want {
 			t.Errorf("status %s message %q, want internal_error %q", res.Status, res.Message, want)
 		}
 		if res.Stdout != "out\n" || res.ExitCode != 3 {
@@ -325,7 +326,7 @@ func TestWorkspacePlantedSymlink(t *testing.T) {
 		}
 		w := newDirWorkspace(t, nil)
 		plant := "rm /work/main.sh\nln -s " + target + " /work/main.sh\nln -s " + target + " /work/data.txt\n"
-		if res := e.runSession(t, newRequest(t, "sh", plant, limits.Set{}), w); res.Status != oci.StatusOK {
+		if res := e.runSession(t, newRequest(t, "sh", plant, limits.Set{}), w); res.Status != api.StatusOK {
 			t.Fatalf("planting run: status %s: %s %q", res.Status, res.Message, res.Stderr)
 		}
 		for _, name := range []string{"main.sh", "data.txt"} {
@@ -336,9 +337,9 @@ func TestWorkspacePlantedSymlink(t *testing.T) {
 
 		w.calls = nil
 		req := newRequest(t, "sh", "echo second run\ncat /work/data.txt\n", limits.Set{})
-		req.Files = append(req.Files, oci.File{Path: "data.txt", Data: []byte("fresh data\n")})
+		req.Files = append(req.Files, api.File{Path: "data.txt", Data: []byte("fresh data\n")})
 		res := e.runSession(t, req, w)
-		if res.Status != oci.StatusOK || res.Stdout != "second run\nfresh data\n" {
+		if res.Status != api.StatusOK || res.Stdout != "second run\nfresh data\n" {
 			t.Errorf("second run: status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
 		}
 		if b, err := os.ReadFile(target); err != nil || string(b) != "host secret\n" {

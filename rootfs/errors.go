@@ -1,14 +1,19 @@
 package rootfs
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/sandcell/sandcell/api"
+)
 
 // Sentinel errors. Callers test them with errors.Is; the package wraps them
 // with the language or layer and, where there is one, the command that
-// fixes it.
+// fixes it. Those a caller can fix (a name, a requirement) are in class
+// api.ErrInvalid.
 var (
 	// ErrUnknownLanguage means the name is neither a language nor an alias
 	// in the catalogue (or is not a valid language name at all).
-	ErrUnknownLanguage = errors.New("unknown language")
+	ErrUnknownLanguage = api.Invalid("unknown language")
 
 	// ErrNotBuilt means a layer of the language is missing from the store.
 	// The wrapped error says the fix: "run: sandcell rootfs build LANG".
@@ -20,9 +25,9 @@ var (
 
 	// ErrNoInstaller means the catalogue has no package manager for the
 	// language.
-	ErrNoInstaller = errors.New("no package installer")
+	ErrNoInstaller = api.Invalid("no package installer")
 
 	// ErrInvalidRequirement means a requirement given to an install is
 	// not a package name with an optional version constraint.
-	ErrInvalidRequirement = errors.New("invalid requirement")
+	ErrInvalidRequirement = api.Invalid("invalid requirement")
 )

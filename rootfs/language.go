@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // Language is one entry of the catalogue: which Debian packages make its
@@ -46,8 +48,8 @@ type Language struct {
 	// Limits raise the server's default limits for the run phase (the
 	// JVM needs more threads than a python script), CompileLimits those of
 	// the compile phase. See Limits for how they combine with a request.
-	Limits        Limits `json:"limits,omitzero"`
-	CompileLimits Limits `json:"compile_limits,omitzero"`
+	Limits        api.Limits `json:"limits,omitzero"`
+	CompileLimits api.Limits `json:"compile_limits,omitzero"`
 
 	// Build recipe; callers running programs ignore these.
 
@@ -210,10 +212,10 @@ func (l Language) check() error {
 			return fmt.Errorf("env %q is not KEY=value", e)
 		}
 	}
-	if err := l.Limits.check(); err != nil {
+	if err := checkLimits(l.Limits); err != nil {
 		return fmt.Errorf("limits: %w", err)
 	}
-	if err := l.CompileLimits.check(); err != nil {
+	if err := checkLimits(l.CompileLimits); err != nil {
 		return fmt.Errorf("compile_limits: %w", err)
 	}
 	return checkRecipe(l.Packages, l.Setup, l.Links, l.Trim)

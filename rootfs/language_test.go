@@ -6,7 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // required are the languages and aliases the issue asks for.
@@ -134,8 +135,8 @@ func TestCatalogue(t *testing.T) {
 					t.Errorf("env %s points outside /tmp and /work", e)
 				}
 			}
-			for _, lim := range []Limits{l.Limits, l.CompileLimits} {
-				if lim.TimeoutS > 300 || lim.MemoryMB > 4096 || lim.Pids > 1024 || lim.TmpfsMB > 1024 {
+			for _, lim := range []api.Limits{l.Limits, l.CompileLimits} {
+				if lim.TimeoutMS > 300000 || lim.MemoryMB > 4096 || lim.Pids > 1024 || lim.TmpfsMB > 1024 {
 					t.Errorf("limits %+v above the default ceilings (5 min, 4 GiB, 1024 pids, 1 GiB tmpfs)", lim)
 				}
 			}
@@ -198,13 +199,6 @@ func TestParseCatalogueRejects(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	l := Limits{TimeoutS: 1.5, CPUTimeS: 30, MemoryMB: 1024, Pids: 256, TmpfsMB: 256}
-	if l.Timeout() != 1500*time.Millisecond || l.CPUTime() != 30*time.Second || l.MemoryBytes() != 1<<30 || l.TmpfsBytes() != 256<<20 {
-		t.Errorf("conversions of %+v: %v %v %d %d", l, l.Timeout(), l.CPUTime(), l.MemoryBytes(), l.TmpfsBytes())
-	}
-	if l.IsZero() || !(Limits{}).IsZero() {
-		t.Error("IsZero")
-	}
 	java := mustLookup(t, "java")
 	if java.Limits.Pids <= 64 || java.CompileLimits.MemoryMB < 512 {
 		t.Errorf("java limits %+v / %+v: a JVM needs more threads and memory than the defaults", java.Limits, java.CompileLimits)

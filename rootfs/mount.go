@@ -1,89 +1,39 @@
 package rootfs
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
-// mountinfoPath is this thread's view of the mount table. Not
-// /proc/self/mountinfo: that is the view of the thread-group leader, and
-// libcontainer moves some threads of this process into a container's mount
-// namespace (runc's mount-source thread in process_linux.go locks one and
-// setns(2)s it; if that is the main thread, /proc/self shows the
-// container's mounts). Every reader locks its goroutine to its thread, which
-// is in the host's namespace because a thread libcontainer moved runs
-// nothing else.
-const mountinfoPath = "/proc/thread-self/mountinfo"
-
-// mountEntry is one line of mountinfo, the fields sandcell needs.
+// mountEntry is one mount of the table, the fields sandcell needs.
 type mountEntry struct {
-	point  string // mount point, unescaped
+	point  string // mount point
 	fstype string
 	source string
 }
 
 // readMountinfo returns the calling thread's mount table, in mount order.
+// Not /proc/self/mountinfo: that is the view of the thread-group leader,
+// and libcontainer moves some threads of this process into a container's
+// mount namespace (runc's mount-source thread in process_linux.go locks one
+// and setns(2)s it; if that is the main thread, /proc/self shows the
+// container's mounts). moby/sys/mountinfo reads /proc/thread-self with its
+// goroutine locked to a thread, which is in the host's namespace because a
+// thread libcontainer moved runs nothing else.
 func readMountinfo() ([]mountEntry, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	data, err := os.ReadFile(mountinfoPath)
+	infos, err := mountinfo.GetMounts(nil)
 	if err != nil {
 		return nil, err
 	}
-	return parseMountinfo(data), nil
-}
-
-// parseMountinfo parses proc(5)'s mountinfo format:
-//
-//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-//
-// Lines it cannot parse are skipped.
-func parseMountinfo(data []byte) []mountEntry {
-	var out []mountEntry
-	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
-		f := strings.Fields(string(line))
-		sep := -1
-		for i := 6; i < len(f); i++ {
-			if f[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(f) < 5 || sep < 0 || sep+2 >= len(f) {
-			continue
-		}
-		out = append(out, mountEntry{point: unescapeMountinfo(f[4]), fstype: f[sep+1], source: unescapeMountinfo(f[sep+2])})
-	}
-	return out
-}
-
-// MountsUnder returns the mount points strictly below dir in this thread's
-// view of the mount table (see mountinfoPath), deepest last in mount
-// order. The runtime uses it to find what a dead server left mounted.
-func MountsUnder(dir string) ([]string, error) {
-	mounts, err := readMountinfo()
-	if err != nil {
-		return nil, err
-	}
-	prefix := strings.TrimSuffix(dir, "/") + "/"
-	var out []string
-	for _, m := range mounts {
-		if strings.HasPrefix(m.point, prefix) {
-			out = append(out, m.point)
-		}
+	out := make([]mountEntry, len(infos))
+	for i, m := range infos {
+		out[i] = mountEntry{point: m.Mountpoint, fstype: m.FSType, source: m.Source}
 	}
 	return out, nil
 }
@@ -164,24 +114,4 @@ func unmount(point string) error {
 		return fmt.Errorf("unmount %s: %w", point, err)
 	}
 	return nil
-}
-
-// unescapeMountinfo undoes the kernel's octal escaping (\040 for a space)
-// of paths in mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 func TestDefaultDir(t *testing.T) {
@@ -113,7 +115,7 @@ func TestRecipeKeys(t *testing.T) {
 	}
 	changed = py
 	changed.Run = []string{"/usr/bin/python3", "/work/main.py"}
-	changed.Limits = Limits{MemoryMB: 1}
+	changed.Limits = api.Limits{MemoryMB: 1}
 	if languageRecipe(changed, []string{"sha256:aa"}).key() != a.key() {
 		t.Error("recipe key depends on how programs run, not only on what the layer holds")
 	}
@@ -703,36 +705,21 @@ func TestMakeLinks(t *testing.T) {
 	}
 }
 
-func TestParseMountinfo(t *testing.T) {
-	data := "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n" +
-		"61 27 0:53 / /var/lib/sand\\040cell/roots/ab ro,nosuid,nodev,relatime - overlay sandcell ro,lowerdir=/a:/b\n" +
-		"garbage\n" +
-		"62 27 0:54 / /x rw shared:3 master:4 - tmpfs tmpfs rw"
-	got := parseMountinfo([]byte(data))
-	want := []mountEntry{
+func TestMountedAt(t *testing.T) {
+	mounts := []mountEntry{
 		{"/mnt2", "ext3", "/dev/root"},
+		{"/var/lib/sand cell/roots/ab", "tmpfs", "tmpfs"},
 		{"/var/lib/sand cell/roots/ab", "overlay", "sandcell"},
-		{"/x", "tmpfs", "tmpfs"},
+		{"/x", "overlay", "someone-else"},
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("parseMountinfo = %+v, want %+v", got, want)
+	if m, ok := mountedAt(mounts, "/var/lib/sand cell/roots/ab"); !ok || !isSandcellRoot(m) {
+		t.Errorf("mountedAt = %+v, %v; want the topmost mount, sandcell's overlay", m, ok)
 	}
-	if m, ok := mountedAt(got, "/var/lib/sand cell/roots/ab"); !ok || !isSandcellRoot(m) {
-		t.Errorf("mountedAt = %+v, %v", m, ok)
+	if m, ok := mountedAt(mounts, "/x"); !ok || isSandcellRoot(m) {
+		t.Errorf("mountedAt(/x) = %+v, %v; an overlay of another source is not sandcell's", m, ok)
 	}
-}
-
-func TestUnescapeMountinfo(t *testing.T) {
-	for in, want := range map[string]string{
-		`/plain`:         "/plain",
-		`/a\040b`:        "/a b",
-		`/tab\011x\134y`: "/tab\tx\\y",
-		`/trailing\04`:   `/trailing\04`,
-		`/not\999octal`:  `/not\999octal`,
-	} {
-		if got := unescapeMountinfo(in); got != want {
-			t.Errorf("unescapeMountinfo(%q) = %q, want %q", in, got, want)
-		}
+	if _, ok := mountedAt(mounts, "/nothing"); ok {
+		t.Error("mountedAt found a mount where there is none")
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/doctor"
 	"github.com/sandcell/sandcell/internal/testutil"
 )
 
@@ -88,7 +90,7 @@ func TestRunFileWithFlagsAfterIt(t *testing.T) {
 
 func TestRunFailures(t *testing.T) {
 	big := filepath.Join(t.TempDir(), "big.py")
-	os.WriteFile(big, bytes.Repeat([]byte("#"), maxSourceBytes+1), 0o644)
+	os.WriteFile(big, bytes.Repeat([]byte("#"), executor.MaxSourceBytes+1), 0o644)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -120,7 +122,7 @@ func TestDoctorJSON(t *testing.T) {
 	code, out, _ := cli(t, "", "doctor", "--json")
 	var rep struct {
 		OK     bool
-		Checks []check
+		Checks []doctor.Check
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("doctor --json: %v\n%s", err, out)
@@ -155,32 +157,18 @@ func TestRunIsolationGVisor(t *testing.T) {
 	}
 }
 
-// TestRunscPath: --runsc wins; else the runsc `make runsc` put into a home
-// (this one, then the shared ones); else PATH's ("").
-func TestRunscPath(t *testing.T) {
-	home, shared := t.TempDir(), t.TempDir()
-	c := Config{LayerDir: home, SharedLayerDirs: []string{shared}}
-	if p := c.runscPath(); p != "" {
-		t.Errorf("no built runsc: got %q, want PATH's", p)
-	}
-	built := filepath.Join(shared, "runsc", "runsc")
-	os.MkdirAll(filepath.Dir(built), 0o755)
-	os.WriteFile(built, []byte("#!/bin/sh\n"), 0o644)
-	if p := c.runscPath(); p != "" {
-		t.Errorf("a runsc that is not executable was chosen: %q", p)
-	}
-	os.Chmod(built, 0o755)
-	if p := c.runscPath(); p != built {
-		t.Errorf("got %q, want the shared home's %q", p, built)
-	}
-	own := filepath.Join(home, "runsc", "runsc")
-	os.MkdirAll(filepath.Dir(own), 0o755)
-	os.WriteFile(own, []byte("#!/bin/sh\n"), 0o755)
-	if p := c.runscPath(); p != own {
-		t.Errorf("got %q, want this home's %q first", p, own)
-	}
-	c.Runsc = "/opt/runsc"
-	if p := c.runscPath(); p != "/opt/runsc" {
-		t.Errorf("--runsc: got %q", p)
+func TestBatchFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"batch"},
+		{"batch", "--in", "x", "--humaneval", "y", "--out", "o"},
+		{"batch", "--in", "x"},
+		{"batch", "--in", "x", "--out", "o", "--concurrency", "0"},
+		{"batch", "--in", "x", "--out", "o", "--lang", "go"},
+		{"batch", "--in", "x", "--out", "o", "extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, strings.NewReader(""), &out, &errb); code != 2 || errb.Len() == 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a reason", args, code, errb.String())
+		}
 	}
 }

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/batch"
 	"github.com/sandcell/sandcell/internal/humaneval"
 	"github.com/sandcell/sandcell/internal/testutil"
-	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -41,7 +42,7 @@ func requireLayers(t *testing.T, langs ...string) {
 
 // batchResults runs sandcell batch with args (plus --out) and returns the
 // results by id.
-func batchResults(t *testing.T, out string, args ...string) map[string]batchOutput {
+func batchResults(t *testing.T, out string, args ...string) map[string]batch.Output {
 	t.Helper()
 	start := time.Now()
 	code, stdout, stderr := cli(t, "", append([]string{"batch", "--out", out}, args...)...)
@@ -84,7 +85,7 @@ func TestBatchHumanEvalCanonical(t *testing.T) {
 				if msg := knownFailures[id](o); msg != "" {
 					failed = append(failed, id+": "+msg)
 				}
-			case o.Verdict != verdictAccepted:
+			case o.Verdict != batch.VerdictAccepted:
 				detail := o.Error
 				if o.Result != nil {
 					detail = fmt.Sprintf("status %s exit %d %s; stdout %q; stderr %q", o.Status, o.ExitCode, o.Message, clip(o.Stdout), clip(o.Stderr))
@@ -101,7 +102,7 @@ func TestBatchHumanEvalCanonical(t *testing.T) {
 // knownFailures are the canonical solutions that fail under the original
 // harness too, whatever the sandbox: each check says what is wrong if the
 // run did not fail for the known reason.
-var knownFailures = map[string]func(batchOutput) string{
+var knownFailures = map[string]func(batch.Output) string{
 	// The dataset's solution is wrong: it returns (z, false), the comma
 	// operator's false, not the pair the test wants.
 	"JavaScript/112": failsAssertion,
@@ -112,16 +113,16 @@ var knownFailures = map[string]func(batchOutput) string{
 	// Go's random iteration order: {"p", "A", "B"} passes for "not one
 	// case" only when "p" comes first or second, so about one run in
 	// three fails (under go test as well).
-	"Go/95": func(o batchOutput) string {
-		if o.Verdict == verdictAccepted || (o.Verdict == verdictWrongAnswer && o.Result != nil && strings.Contains(o.Stdout, "--- FAIL: TestCheckDictCase")) {
+	"Go/95": func(o batch.Output) string {
+		if o.Verdict == batch.VerdictAccepted || (o.Verdict == batch.VerdictWrongAnswer && o.Result != nil && strings.Contains(o.Stdout, "--- FAIL: TestCheckDictCase")) {
 			return ""
 		}
 		return fmt.Sprintf("verdict %s, stdout %q: want accepted, or wrong_answer from TestCheckDictCase", o.Verdict, clip(stdoutOf(o)))
 	},
 	// The solution requires the npm module js-md5, which Debian does not
 	// ship: it passes once the javascript layer has it.
-	"JavaScript/162": func(o batchOutput) string {
-		if o.Verdict == verdictAccepted || (o.Verdict == verdictWrongAnswer && strings.Contains(stderrOf(o), "Cannot find module 'js-md5'")) {
+	"JavaScript/162": func(o batch.Output) string {
+		if o.Verdict == batch.VerdictAccepted || (o.Verdict == batch.VerdictWrongAnswer && strings.Contains(stderrOf(o), "Cannot find module 'js-md5'")) {
 			return ""
 		}
 		return fmt.Sprintf("verdict %s, stderr %q: want accepted, or wrong_answer for the missing module js-md5", o.Verdict, clip(stderrOf(o)))
@@ -130,8 +131,8 @@ var knownFailures = map[string]func(batchOutput) string{
 
 // failsAssertion checks a known-wrong javascript solution: the harness's
 // rule must fail it for its failed console.assert.
-func failsAssertion(o batchOutput) string {
-	if o.Verdict == verdictWrongAnswer && strings.Contains(stderrOf(o), "Assertion failed") {
+func failsAssertion(o batch.Output) string {
+	if o.Verdict == batch.VerdictWrongAnswer && strings.Contains(stderrOf(o), "Assertion failed") {
 		return ""
 	}
 	return fmt.Sprintf("a known-wrong solution: verdict %s, stderr %q; want wrong_answer for \"Assertion failed\"", o.Verdict, clip(stderrOf(o)))
@@ -172,30 +173,30 @@ func TestBatchHumanEvalWrongSolution(t *testing.T) {
 	}
 	got := batchResults(t, filepath.Join(dir, "results.jsonl"), "--humaneval", humanevalDir, "--samples", sf, "--concurrency", "2")
 	for _, task := range tasks {
-		if o := got[task+"#0"]; o.Verdict != verdictWrongAnswer {
+		if o := got[task+"#0"]; o.Verdict != batch.VerdictWrongAnswer {
 			t.Errorf("%s, wrong solution: verdict %q (status %s, stderr %q, error %q), want wrong_answer", task, o.Verdict, statusOf(o), clip(stderrOf(o)), o.Error)
 		}
-		if o := got[task+"#1"]; o.Verdict != verdictAccepted {
+		if o := got[task+"#1"]; o.Verdict != batch.VerdictAccepted {
 			t.Errorf("%s, canonical solution: verdict %q (status %s, stderr %q, error %q), want accepted", task, o.Verdict, statusOf(o), clip(stderrOf(o)), o.Error)
 		}
 	}
 }
 
-func statusOf(o batchOutput) string {
+func statusOf(o batch.Output) string {
 	if o.Result == nil {
 		return "-"
 	}
 	return string(o.Status)
 }
 
-func stdoutOf(o batchOutput) string {
+func stdoutOf(o batch.Output) string {
 	if o.Result == nil {
 		return ""
 	}
 	return o.Stdout
 }
 
-func stderrOf(o batchOutput) string {
+func stderrOf(o batch.Output) string {
 	if o.Result == nil {
 		return ""
 	}
@@ -224,8 +225,8 @@ func TestBatchJudgeAndResume(t *testing.T) {
 	}
 	out := filepath.Join(dir, "out.jsonl")
 	got := batchResults(t, out, "--in", in, "--concurrency", "2")
-	for id, want := range map[string]string{"sum": verdictAccepted, "wrong": verdictWrongAnswer, "crash": verdictRuntimeError,
-		"slow": verdictTimeLimit, "nocompile": verdictCompileError, "plain": ""} {
+	for id, want := range map[string]string{"sum": batch.VerdictAccepted, "wrong": batch.VerdictWrongAnswer, "crash": batch.VerdictRuntimeError,
+		"slow": batch.VerdictTimeLimit, "nocompile": batch.VerdictCompileError, "plain": ""} {
 		if o := got[id]; o.Verdict != want || o.Result == nil {
 			t.Errorf("%s: verdict %q, want %q (%+v)", id, o.Verdict, want, o)
 		}
@@ -250,26 +251,53 @@ func TestBatchJudgeAndResume(t *testing.T) {
 
 // TestKnownFailures: the known failures pass only for their known reason.
 func TestKnownFailures(t *testing.T) {
-	out := func(v, stdout, stderr string) batchOutput {
-		return batchOutput{Result: &oci.Result{Status: oci.StatusError, ExitCode: 1, Stdout: stdout, Stderr: stderr}, Verdict: v}
+	out := func(v, stdout, stderr string) batch.Output {
+		return batch.Output{Result: &api.Result{Phase: api.Phase{Status: api.StatusError, ExitCode: 1, Stdout: stdout, Stderr: stderr}}, Verdict: v}
 	}
 	for _, tc := range []struct {
 		id string
-		o  batchOutput
+		o  batch.Output
 		ok bool
 	}{
-		{"Go/95", out(verdictWrongAnswer, "--- FAIL: TestCheckDictCase (0.00s)\nFAIL\n", ""), true},
-		{"Go/95", out(verdictAccepted, "PASS\n", ""), true},
-		{"Go/95", out(verdictCompileError, "", "main.go:3: syntax error"), false},
-		{"JavaScript/112", out(verdictWrongAnswer, "", "Assertion failed\n"), true},
-		{"JavaScript/112", out(verdictAccepted, "", ""), false},
-		{"JavaScript/155", out(verdictTimeLimit, "", ""), false},
-		{"JavaScript/162", out(verdictWrongAnswer, "", "Error: Cannot find module 'js-md5'"), true},
-		{"JavaScript/162", out(verdictWrongAnswer, "", "Assertion failed"), false},
-		{"JavaScript/162", batchOutput{Error: "layer javascript not built"}, false},
+		{"Go/95", out(batch.VerdictWrongAnswer, "--- FAIL: TestCheckDictCase (0.00s)\nFAIL\n", ""), true},
+		{"Go/95", out(batch.VerdictAccepted, "PASS\n", ""), true},
+		{"Go/95", out(batch.VerdictCompileError, "", "main.go:3: syntax error"), false},
+		{"JavaScript/112", out(batch.VerdictWrongAnswer, "", "Assertion failed\n"), true},
+		{"JavaScript/112", out(batch.VerdictAccepted, "", ""), false},
+		{"JavaScript/155", out(batch.VerdictTimeLimit, "", ""), false},
+		{"JavaScript/162", out(batch.VerdictWrongAnswer, "", "Error: Cannot find module 'js-md5'"), true},
+		{"JavaScript/162", out(batch.VerdictWrongAnswer, "", "Assertion failed"), false},
+		{"JavaScript/162", batch.Output{Error: "layer javascript not built"}, false},
 	} {
 		if msg := knownFailures[tc.id](tc.o); (msg == "") != tc.ok {
 			t.Errorf("%s %s: message %q, want ok %v", tc.id, tc.o.Verdict, msg, tc.ok)
 		}
 	}
+}
+
+// readOutputs reads a batch's results file.
+func readOutputs(t *testing.T, path string) []batch.Output {
+	t.Helper()
+	outs, err := batch.ReadResults(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return outs
+}
+
+// byID indexes outputs by their key.
+func byID(outs []batch.Output) map[string]batch.Output {
+	m := map[string]batch.Output{}
+	for _, o := range outs {
+		m[o.Key()] = o
+	}
+	return m
+}
+
+// clip shortens program output in a message.
+func clip(s string) string {
+	if len(s) > 400 {
+		return s[:400] + "..."
+	}
+	return s
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,34 +13,37 @@ import (
 	"github.com/sandcell/sandcell/rootfs"
 )
 
-// cmdRootfs: sandcell rootfs build|list|prune|verify manages the layer store.
-//
-//	sandcell rootfs build [--all | LANG...]   build missing layers (default: sh python)
-//	sandcell rootfs list [--json]             languages: layer id, version, size, build time
-//	sandcell rootfs prune                     remove layers no language of the catalogue uses
-//	sandcell rootfs verify [LANG...]          re-hash layers (default: every layer in the store)
-func cmdRootfs(ctx context.Context, env *cliEnv, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(env.stderr, "usage: sandcell rootfs build|list|prune|verify [flags]")
-		return 2
-	}
-	switch args[0] {
-	case "build":
-		return cmdBuild(ctx, env, args[1:])
-	case "list":
-		return cmdRootfsList(ctx, env, args[1:])
-	case "prune":
-		return cmdRootfsPrune(ctx, env, args[1:])
-	case "verify":
-		return cmdRootfsVerify(ctx, env, args[1:])
-	}
-	fmt.Fprintf(env.stderr, "sandcell rootfs: unknown command %q\n", args[0])
-	return 2
+// rootfsCommands are the subcommands of "sandcell rootfs".
+var rootfsCommands = []command{
+	{name: "build", synopsis: "[--all | LANG...]", summary: "build missing layers (none named: all of them)", setup: buildCommand},
+	{name: "list", synopsis: "[--json]", summary: "languages: layer id, version, size, build time", setup: rootfsListCommand},
+	{name: "prune", summary: "remove layers no language of the catalogue uses", setup: rootfsPruneCommand},
+	{name: "verify", synopsis: "[LANG...]", summary: "re-hash layers (default: every layer in the store)", setup: rootfsVerifyCommand},
 }
 
-func (e *cliEnv) store() *rootfs.Store {
-	return &rootfs.Store{Dir: e.cfg.LayerDir, Logger: e.log}
+// rootfsCommand: sandcell rootfs build|list|prune|verify manages the layer
+// store (rootfsCommands).
+func rootfsCommand(_ *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
+	return func(ctx context.Context, args []string) int {
+		if len(args) > 0 {
+			for _, c := range rootfsCommands {
+				if c.name == args[0] {
+					c.name = "rootfs " + c.name
+					return env.dispatch(ctx, c, args[1:])
+				}
+			}
+			fmt.Fprintf(env.stderr, "sandcell rootfs: unknown command %q\n", args[0])
+		}
+		fmt.Fprintln(env.stderr, "usage: sandcell rootfs build|list|prune|verify [flags]")
+		for _, c := range rootfsCommands {
+			fmt.Fprintf(env.stderr, "  %-8s %s\n", c.name, c.summary)
+		}
+		return 2
+	}
 }
+
+// store is the layer store, as every command sees it (config.Config.Store).
+func (e *cliEnv) store() *rootfs.Store { return e.cfg.Store(e.log) }
 
 // languagesArg resolves LANG arguments; none means def.
 func languagesArg(names []string, def []rootfs.Language) ([]rootfs.Language, error) {
@@ -62,24 +64,20 @@ func languagesArg(names []string, def []rootfs.Language) ([]rootfs.Language, err
 	return langs, nil
 }
 
-// cmdBuild: sandcell [rootfs] build [--all | LANG...] builds the languages'
-// missing layers (none named: all of them, as before; "rootfs build"
-// without arguments builds all too). Built layers are kept.
-func cmdBuild(ctx context.Context, env *cliEnv, args []string) int {
-	fs := flag.NewFlagSet("build", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+// buildCommand: sandcell [rootfs] build [--all | LANG...] builds the
+// languages' missing layers (none named: all of them, as before; "rootfs
+// build" without arguments builds all too). Built layers are kept.
+func buildCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
 	fs.Bool("all", false, "build every language of the catalogue")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
+	return func(ctx context.Context, args []string) int { return buildLayers(ctx, env, args) }
+}
+
+func buildLayers(ctx context.Context, env *cliEnv, args []string) int {
 	all := rootfs.Languages()
 	for _, inst := range rootfs.Installers() {
 		all = append(all, inst.Layer()) // the package managers' layers (install_dependencies)
 	}
-	langs, err := languagesArg(fs.Args(), all)
+	langs, err := languagesArg(args, all)
 	if err != nil {
 		return env.fail(err)
 	}
@@ -101,24 +99,25 @@ func cmdBuild(ctx context.Context, env *cliEnv, args []string) int {
 	return 0
 }
 
-// statusCommand is the shared start of "rootfs list" and "languages": parse
-// [--json], read every language's status, and print JSON if asked. done
-// says the command has finished with exit status code.
-func statusCommand(env *cliEnv, name string, args []string) (sts []rootfs.Status, code int, done bool) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+// statusCommand is the shared part of "rootfs list" and "languages":
+// [--json], every language's status, JSON if asked; else print, which
+// writes the table.
+func statusCommand(fs *flag.FlagSet, env *cliEnv, name string, print func([]rootfs.Status)) func(context.Context, []string) int {
 	asJSON := fs.Bool("json", false, "JSON output")
-	if err := fs.Parse(args); err != nil {
-		return nil, 2, true
+	return func(_ context.Context, args []string) int {
+		if !env.noArgs(name, args) {
+			return 2
+		}
+		sts, err := statuses(env.store())
+		if err != nil {
+			return env.fail(err)
+		}
+		if *asJSON {
+			return writeJSON(env.stdout, sts)
+		}
+		print(sts)
+		return 0
 	}
-	sts, err := statuses(env.store())
-	if err != nil {
-		return nil, env.fail(err), true
-	}
-	if *asJSON {
-		return nil, writeJSON(env.stdout, sts), true
-	}
-	return sts, 0, false
 }
 
 // statuses reports every catalogue language's state in the store.
@@ -134,12 +133,12 @@ func statuses(store *rootfs.Store) ([]rootfs.Status, error) {
 	return out, nil
 }
 
-// cmdRootfsList: sandcell rootfs list [--json].
-func cmdRootfsList(_ context.Context, env *cliEnv, args []string) int {
-	sts, code, done := statusCommand(env, "list", args)
-	if done {
-		return code
-	}
+// rootfsListCommand: sandcell rootfs list [--json].
+func rootfsListCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
+	return statusCommand(fs, env, "rootfs list", func(sts []rootfs.Status) { printLayers(env, sts) })
+}
+
+func printLayers(env *cliEnv, sts []rootfs.Status) {
 	w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "LANGUAGE\tLAYER\tPACKAGE\tVERSION\tSIZE\tWITH BASE\tBUILD TIME")
 	for _, st := range sts {
@@ -151,11 +150,19 @@ func cmdRootfsList(_ context.Context, env *cliEnv, args []string) int {
 			float64(st.Bytes)/1e6, float64(st.StackBytes)/1e6, st.BuildSecs)
 	}
 	w.Flush()
-	return 0
 }
 
-// cmdRootfsPrune: sandcell rootfs prune.
-func cmdRootfsPrune(ctx context.Context, env *cliEnv, _ []string) int {
+// rootfsPruneCommand: sandcell rootfs prune.
+func rootfsPruneCommand(_ *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
+	return func(ctx context.Context, args []string) int {
+		if !env.noArgs("rootfs prune", args) {
+			return 2
+		}
+		return prune(ctx, env)
+	}
+}
+
+func prune(ctx context.Context, env *cliEnv) int {
 	res, err := env.store().Prune(ctx)
 	for _, id := range res.Layers {
 		fmt.Fprintf(env.stdout, "removed layer %s\n", id)
@@ -168,9 +175,13 @@ func cmdRootfsPrune(ctx context.Context, env *cliEnv, _ []string) int {
 	return 0
 }
 
-// cmdRootfsVerify: sandcell rootfs verify [LANG...]: with languages, their
-// stacks; without, every layer in the store.
-func cmdRootfsVerify(ctx context.Context, env *cliEnv, args []string) int {
+// rootfsVerifyCommand: sandcell rootfs verify [LANG...]: with languages,
+// their stacks; without, every layer in the store.
+func rootfsVerifyCommand(_ *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
+	return func(ctx context.Context, args []string) int { return verify(ctx, env, args) }
+}
+
+func verify(ctx context.Context, env *cliEnv, args []string) int {
 	store := env.store()
 	var failed bool
 	if len(args) > 0 {
@@ -214,13 +225,13 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// cmdLanguages: sandcell languages [--json] lists the catalogue with the
-// installed versions (what the MCP list_languages tool serves).
-func cmdLanguages(_ context.Context, env *cliEnv, args []string) int {
-	sts, code, done := statusCommand(env, "languages", args)
-	if done {
-		return code
-	}
+// languagesCommand: sandcell languages [--json] lists the catalogue with
+// the installed versions (what the MCP list_languages tool serves).
+func languagesCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
+	return statusCommand(fs, env, "languages", func(sts []rootfs.Status) { printLanguages(env, sts) })
+}
+
+func printLanguages(env *cliEnv, sts []rootfs.Status) {
 	w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "LANGUAGE\tALIASES\tVERSION\tCOMPILED\tLAYER")
 	for _, st := range sts {
@@ -231,7 +242,6 @@ func cmdLanguages(_ context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\n", st.Language, strings.Join(st.Aliases, ","), cmpOr(st.Version, "-"), st.Compiled, state)
 	}
 	w.Flush()
-	return 0
 }
 
 func writeJSON(w io.Writer, v any) int {

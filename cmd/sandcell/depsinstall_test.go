@@ -13,28 +13,29 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/internal/testutil"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
+	"github.com/sandcell/sandcell/service"
 )
 
 // fixtureWheel is a pure-Python wheel of package sandcellfixture whose
@@ -141,8 +142,9 @@ func startIndex(t *testing.T) *indexServer {
 // depsHarness is a sandbox (the MCP tools' implementation) whose installs
 // use the loopback index.
 type depsHarness struct {
-	a     *app
-	sb    *sandbox
+	a     *executor.Executor
+	cfg   config.Config
+	sb    *service.Service
 	ws    *workspace.Store
 	index *indexServer
 }
@@ -151,7 +153,7 @@ func newDepsHarness(t *testing.T) *depsHarness {
 	t.Helper()
 	state := testState(t)
 	h := &depsHarness{index: startIndex(t)}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir, cfg.LayerDir, cfg.CgroupParent = state, layerHome(), "/"+filepath.Base(state)
 	cfg.AutoBuild = false
 	cfg.MaxRuns, cfg.MaxQueue = 2, 8
@@ -162,18 +164,18 @@ func newDepsHarness(t *testing.T) *depsHarness {
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	cfg.EgressHosts = map[string][]netip.Addr{"pypi.test": lo, "npm.test": lo}
 	cfg.DepsMaxBytes = 64 << 20
-	a, err := openApp(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	a, err := cfg.OpenExecutor(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	h.a = a
+	h.a, h.cfg = a, cfg
 	for _, name := range []string{"python-pip", "javascript-npm"} {
 		inst, err := rootfs.InstallerFor(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		built, err := a.store.Built(inst.Layer())
+		built, err := a.Store().Built(inst.Layer())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,11 +186,11 @@ func newDepsHarness(t *testing.T) *depsHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.sb = &sandbox{a: a, ws: h.ws, gate: newGate(cfg.MaxRuns, cfg.MaxQueue)}
+	h.sb = service.New(a, h.ws, service.NewGate(cfg.MaxRuns, cfg.MaxQueue), nil)
 	return h
 }
 
-func (h *depsHarness) run(t *testing.T, req mcp.ExecuteRequest) mcp.ExecuteResult {
+func (h *depsHarness) run(t *testing.T, req api.Request) api.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -239,14 +241,14 @@ func TestInstallDependencies(t *testing.T) {
 				t.Errorf("the cache hit made %d index requests", n-hits)
 			}
 
-			out := h.run(t, mcp.ExecuteRequest{Language: tc.lang, Source: []byte(tc.prog), Dependencies: []string{tc.again}})
+			out := h.run(t, api.Request{Language: tc.lang, Source: []byte(tc.prog), Dependencies: []string{tc.again}})
 			if out.Status != "ok" || strings.TrimSpace(out.Stdout) != h.index.value {
 				t.Errorf("run with dependencies: %s stdout %q stderr %q", out.Status, out.Stdout, out.Stderr)
 			}
 			if n := h.index.hits.Load(); n != hits {
 				t.Errorf("execute_code with installed dependencies made %d index requests", n-hits)
 			}
-			out = h.run(t, mcp.ExecuteRequest{Language: tc.lang, Source: []byte(tc.prog)})
+			out = h.run(t, api.Request{Language: tc.lang, Source: []byte(tc.prog)})
 			if out.Status == "ok" || strings.Contains(out.Stdout, h.index.value) {
 				t.Errorf("run without dependencies imported the package: %s stdout %q", out.Status, out.Stdout)
 			}
@@ -267,16 +269,16 @@ func TestInstallDependencies(t *testing.T) {
 			t.Fatalf("install into a session: %+v %v (want the cached layer)", res, err)
 		}
 		prog := []byte("import sandcellfixture\nprint(sandcellfixture.VALUE)\n")
-		out := h.run(t, mcp.ExecuteRequest{Language: "python", Source: prog, SessionID: sess.SessionID})
+		out := h.run(t, api.Request{Language: "python", Source: prog, SessionID: sess.SessionID})
 		if out.Status != "ok" || strings.TrimSpace(out.Stdout) != h.index.value {
 			t.Errorf("session run: %s stdout %q stderr %q", out.Status, out.Stdout, out.Stderr)
 		}
-		out = h.run(t, mcp.ExecuteRequest{Language: "python", Source: prog, SessionID: other.SessionID})
+		out = h.run(t, api.Request{Language: "python", Source: prog, SessionID: other.SessionID})
 		if out.Status == "ok" {
 			t.Errorf("another session's run imported the package: %q", out.Stdout)
 		}
 		// The layer is read-only to the program.
-		out = h.run(t, mcp.ExecuteRequest{Language: "python", SessionID: sess.SessionID,
+		out = h.run(t, api.Request{Language: "python", SessionID: sess.SessionID,
 			Source: []byte("open('/tmp/deps/sandcellfixture/__init__.py', 'w').write('x')\n")})
 		if out.Status == "ok" || !strings.Contains(out.Stderr, "Read-only file system") {
 			t.Errorf("writing into the dependency layer: %s stderr %q", out.Status, out.Stderr)
@@ -287,7 +289,7 @@ func TestInstallDependencies(t *testing.T) {
 		// End to end through the MCP server as cmd serve wires it: the
 		// tool is listed, the set installed above is a cache hit, and
 		// execute_code's dependencies mount it.
-		conn := newMCPConn(t, newMCPServer(h.a, h.ws))
+		conn := newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version}))
 		call := func(tool string, args map[string]any) map[string]any {
 			t.Helper()
 			resp, err := conn.call(ctx, "tools/call", map[string]any{"name": tool, "arguments": args})
@@ -420,11 +422,11 @@ print(json.dumps(out))
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := h.a.store.Root(py)
+	root, err := h.a.Store().Root(py)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, _, err := h.a.phaseLimits(py.Limits, h.a.cfg.Defaults)
+	lim, _, err := h.a.PhaseLimits(py.Limits, api.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,8 +435,8 @@ print(json.dumps(out))
 	defer cancel()
 	runProbe := func(egressSocket string) map[string]any {
 		t.Helper()
-		res, err := oci.Run(ctx, h.a.rt, &oci.Request{Root: root, Args: []string{"/usr/bin/python3", "-c", probe}, Env: py.Env, Limits: lim, Egress: egressSocket})
-		if err != nil || res.Status != oci.StatusOK {
+		res, err := oci.Run(ctx, h.a.Runtime(), &oci.Request{Root: root, Args: []string{"/usr/bin/python3", "-c", probe}, Env: py.Env, Limits: lim, Egress: egressSocket})
+		if err != nil || res.Status != api.StatusOK {
 			t.Fatalf("probe: %v %s stdout %q stderr %q %s", err, res.Status, res.Stdout, res.Stderr, res.Message)
 		}
 		var out map[string]any
@@ -481,54 +483,5 @@ print(json.dumps(out))
 	}
 	if n := accepted.Load(); n != 0 {
 		t.Errorf("the host's loopback listener accepted %d connections from sandboxes", n)
-	}
-}
-
-// TestDepsFlags parses the install settings and checks the allowlist an
-// install gets: the operator's (or the catalogue's) plus the index.
-func TestDepsFlags(t *testing.T) {
-	parse := func(args ...string) (Config, error) {
-		c := DefaultConfig()
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c.addFlags(fs)
-		if err := fs.Parse(args); err != nil {
-			return c, err
-		}
-		return c, c.validateDeps()
-	}
-	c, err := parse("--deps-index", "py=http://Mirror.test:8080/simple", "--egress-host", "mirror.test=10.0.0.5", "--egress-allow", "javascript=registry.test:443", "--deps-max-size", "100MiB")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.DepsMaxBytes != 100<<20 || c.EgressHosts["mirror.test"][0].String() != "10.0.0.5" {
-		t.Errorf("parsed %+v", c)
-	}
-	a := &app{cfg: c}
-	py, _ := rootfs.Lookup("python")
-	_, index, allow, err := a.installer(py)
-	if err != nil || index != "http://Mirror.test:8080/simple" || !slices.Contains(allow, "mirror.test:8080") || !slices.Contains(allow, "pypi.org:443") {
-		t.Errorf("python install: index %q allow %q %v", index, allow, err)
-	}
-	js, _ := rootfs.Lookup("javascript")
-	_, index, allow, err = a.installer(js)
-	if err != nil || index != "https://registry.npmjs.org/" || !slices.Equal(allow, []string{"registry.test:443", "registry.npmjs.org:443"}) {
-		t.Errorf("javascript install: index %q allow %q %v", index, allow, err)
-	}
-	a.cfg.NoInstall = true
-	if _, _, _, err := a.installer(py); err == nil || !strings.Contains(err.Error(), "turned off") {
-		t.Errorf("installs off: %v", err)
-	}
-	for _, bad := range [][]string{
-		{"--deps-index", "python=ftp://x/"},
-		{"--deps-index", "sh=https://x/"},
-		{"--egress-allow", "python=127.0.0.1:80"},
-		{"--egress-allow", "python=pypi.org"},
-		{"--egress-host", "mirror.test"},
-		{"--egress-host", "bad name=127.0.0.1"},
-	} {
-		if _, err := parse(bad...); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
 	}
 }

@@ -29,12 +29,15 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/testutil"
 	"github.com/sandcell/sandcell/internal/workspace"
-	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/mcp"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
+	"github.com/sandcell/sandcell/service"
 )
 
 // hostileDir holds the hostile corpus: programs that attack the sandbox
@@ -75,7 +78,7 @@ func TestHostileCorpus(t *testing.T) {
 	for _, backend := range []string{"runc", "gvisor"} {
 		t.Run(backend, func(t *testing.T) {
 			if backend == "gvisor" {
-				_, err := h.a.gvisor()
+				_, err := h.a.Gvisor()
 				testutil.Require(t, err == nil, "gVisor not available (apt-get install runsc): %v", err)
 			}
 			for _, e := range entries {
@@ -127,15 +130,9 @@ type corpusLimits struct {
 }
 
 // set is the request's limits: zero fields take the server's defaults.
-func (l corpusLimits) set() limits.Set {
-	return limits.Set{
-		Timeout:     time.Duration(l.TimeoutMS) * time.Millisecond,
-		CPUTime:     time.Duration(l.CPUMS) * time.Millisecond,
-		MemoryBytes: l.MemoryMB << 20,
-		Pids:        l.Pids,
-		OutputBytes: l.OutputKB << 10,
-		TmpfsBytes:  l.TmpfsMB << 20,
-	}
+func (l corpusLimits) set() api.Limits {
+	return api.Limits{TimeoutMS: l.TimeoutMS, CPUTimeMS: l.CPUMS, MemoryMB: l.MemoryMB, Pids: l.Pids,
+		OutputBytes: l.OutputKB << 10, TmpfsMB: l.TmpfsMB}
 }
 
 // expectation is the verdict of one run.
@@ -266,8 +263,9 @@ func loadCorpus(t *testing.T) []*corpusEntry {
 // dir and cgroup parent, the sandbox the MCP tools use, an MCP client on
 // the stdio transport, and the host things the programs must not reach.
 type harness struct {
-	a        *app
-	sb       *sandbox
+	a        *executor.Executor
+	cfg      config.Config
+	sb       *service.Service
 	ws       *workspace.Store
 	conn     *mcpConn
 	stateDir string
@@ -285,7 +283,7 @@ func newHarness(t *testing.T, entries []*corpusEntry) *harness {
 	t.Helper()
 	h := &harness{stateDir: testState(t), bins: map[string][]byte{}}
 	h.cgParent = "/" + filepath.Base(h.stateDir)
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir, cfg.LayerDir, cfg.CgroupParent = h.stateDir, layerHome(), h.cgParent
 	cfg.AutoBuild = false
 	cfg.MaxRuns, cfg.MaxQueue = 4, 16
@@ -294,20 +292,20 @@ func newHarness(t *testing.T, entries []*corpusEntry) *harness {
 	// and identity with fresh runs).
 	cfg.PoolSize = 0
 	log := slog.New(slog.DiscardHandler)
-	a, err := openApp(cfg, log)
+	a, err := cfg.OpenExecutor(log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	h.a = a
+	h.a, h.cfg = a, cfg
 	h.ws, err = workspace.Open(filepath.Join(t.TempDir(), "sessions"), workspace.Options{
 		UID: int(cfg.UIDBase) + oci.SandboxUID, GID: int(cfg.UIDBase) + oci.SandboxGID, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.sb = &sandbox{a: a, ws: h.ws, gate: newGate(cfg.MaxRuns, cfg.MaxQueue)}
-	h.conn = newMCPConn(t, newMCPServer(a, h.ws))
+	h.sb = service.New(a, h.ws, service.NewGate(cfg.MaxRuns, cfg.MaxQueue), nil)
+	h.conn = newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version}))
 
 	h.canaryDir = t.TempDir()
 	h.canary = filepath.Join(h.canaryDir, "canary")
@@ -330,16 +328,16 @@ func newHarness(t *testing.T, entries []*corpusEntry) *harness {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.store.Root(l); err != nil {
+		if _, err := a.Store().Root(l); err != nil {
 			testutil.Require(t, false, "layer %s: %v (make test builds it)", lang, err)
 		}
 		for _, backend := range []string{"runc", "gvisor"} {
 			if backend == "gvisor" {
-				if _, err := a.gvisor(); err != nil {
+				if _, err := a.Gvisor(); err != nil {
 					continue
 				}
 			}
-			res, err := h.sb.Execute(context.Background(), mcp.ExecuteRequest{Language: lang, Source: []byte(""), Isolation: backend})
+			res, err := h.sb.Execute(context.Background(), api.Request{Language: lang, Source: []byte(""), Isolation: backend})
 			if err != nil || res.Status != "ok" {
 				t.Fatalf("warm-up run (%s, %s): %v %s %s", lang, backend, err, res.Status, res.Message)
 			}
@@ -424,18 +422,18 @@ func (h *harness) expand(s string) string {
 }
 
 // request is a run of a corpus program, as the MCP tools make it.
-func (h *harness) request(t *testing.T, backend, lang, file string, args []string, env map[string]string, lim corpusLimits, session string) mcp.ExecuteRequest {
+func (h *harness) request(t *testing.T, backend, lang, file string, args []string, env map[string]string, lim corpusLimits, session string) api.Request {
 	t.Helper()
-	req := mcp.ExecuteRequest{Limits: lim.set(), Isolation: backend, SessionID: session, Env: map[string]string{}}
-	for k, v := range env {
-		req.Env[k] = h.expand(v)
+	req := api.Request{Limits: lim.set(), Isolation: backend, SessionID: session}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		req.Env = append(req.Env, k+"="+h.expand(env[k]))
 	}
 	if lang == "c" {
 		// The static binary, alone in /work, is the container's first
 		// process (language "": the sh layer).
 		name := strings.TrimSuffix(file, ".c")
 		req.Command = append([]string{"/work/" + name}, args...)
-		req.Files = []mcp.File{{Path: name, Data: h.bins[file], Mode: 0o755}}
+		req.Files = []api.File{{Path: name, Data: h.bins[file], Mode: 0o755}}
 		return req
 	}
 	src, err := os.ReadFile(filepath.Join(hostileDir, file))
@@ -456,7 +454,7 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var (
-		res  mcp.ExecuteResult
+		res  api.Result
 		text string
 		err  error
 	)
@@ -500,7 +498,7 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 // runPair runs e while its partner (the entry it names in
 // concurrent_with) is alive: the partner first, until it prints its ready
 // marker, then e; the partner's own verdict is checked too.
-func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *corpusEntry) (mcp.ExecuteResult, error) {
+func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *corpusEntry) (api.Result, error) {
 	p := e.alongside
 	ready := make(chan struct{})
 	var (
@@ -520,7 +518,7 @@ func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *
 		}
 	}
 	type outcome struct {
-		res mcp.ExecuteResult
+		res api.Result
 		err error
 	}
 	done := make(chan outcome, 1)
@@ -561,15 +559,16 @@ type failure struct {
 
 // checkRun compares a run's result (and, through MCP, its text block) with
 // an expectation.
-func checkRun(exp expectation, res mcp.ExecuteResult, text string) []failure {
+func checkRun(exp expectation, res api.Result, text string) []failure {
 	var fs []failure
+	status := string(res.Status)
 	fail := func(c, format string, args ...any) {
-		fs = append(fs, failure{check: c, got: res.Status, msg: fmt.Sprintf(format, args...)})
+		fs = append(fs, failure{check: c, got: status, msg: fmt.Sprintf(format, args...)})
 	}
-	if exp.Status != "" && res.Status != exp.Status {
+	if exp.Status != "" && status != exp.Status {
 		fail("status", "status %s, want %s (message %q)", res.Status, exp.Status, res.Message)
 	}
-	if len(exp.StatusIn) > 0 && !slices.Contains(exp.StatusIn, res.Status) {
+	if len(exp.StatusIn) > 0 && !slices.Contains(exp.StatusIn, status) {
 		fail("status", "status %s, want one of %v (message %q)", res.Status, exp.StatusIn, res.Message)
 	}
 	if exp.ExitCode != nil && res.ExitCode != *exp.ExitCode {
@@ -607,7 +606,7 @@ func checkRun(exp expectation, res mcp.ExecuteResult, text string) []failure {
 		fail("max_ms", "ran %d ms, want at most %d", res.ExecutionTimeMS, exp.MaxMS)
 	}
 	if exp.TextFenced {
-		if !strings.HasPrefix(text, "status: "+res.Status+",") {
+		if !strings.HasPrefix(text, "status: "+status+",") {
 			fail("text_fenced", "the text block does not start with the status line: %q", truncateText(text, 200))
 		}
 		tag := fenceTag.FindStringSubmatch(text)
@@ -654,10 +653,10 @@ func fenced(name, tag, text string) string {
 }
 
 // universal are the checks every run gets, whatever its entry expects.
-func (h *harness) universal(res mcp.ExecuteResult) []failure {
+func (h *harness) universal(res api.Result) []failure {
 	var fs []failure
 	fail := func(format string, args ...any) {
-		fs = append(fs, failure{check: "universal", got: res.Status, msg: fmt.Sprintf(format, args...)})
+		fs = append(fs, failure{check: "universal", got: string(res.Status), msg: fmt.Sprintf(format, args...)})
 	}
 	for _, s := range []struct{ name, text string }{{"stdout", res.Stdout}, {"stderr", res.Stderr}, {"message", res.Message}} {
 		if strings.Contains(s.text, "ESCAPED") {
@@ -790,7 +789,7 @@ func (h *harness) sessionStep(t *testing.T, backend string, e *corpusEntry, sess
 		case "run":
 			req := h.request(t, backend, op.Language, op.File, nil, e.Env, e.Limits, session)
 			for _, p := range slices.Sorted(maps.Keys(op.Files)) {
-				req.Files = append(req.Files, mcp.File{Path: p, Data: []byte(op.Files[p])})
+				req.Files = append(req.Files, api.File{Path: p, Data: []byte(op.Files[p])})
 			}
 			res, err := h.sb.Execute(ctx, req)
 			if err != nil {
@@ -855,7 +854,7 @@ func (h *harness) stable(ctx context.Context, t *testing.T, name, session, path 
 // run's final one.
 func (h *harness) readWhileRunning(ctx context.Context, t *testing.T, backend, name string, e *corpusEntry, session, path string, op sessionOp) {
 	type outcome struct {
-		res mcp.ExecuteResult
+		res api.Result
 		err error
 	}
 	done := make(chan outcome, 1)
@@ -964,12 +963,12 @@ func (h *harness) posture(t *testing.T) hostPosture {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	p.mounts = append(h.mountsUnder(h.stateDir+"/"), h.mountsUnder(h.a.cfg.LayerDir+"/")...)
+	p.mounts = append(h.mountsUnder(h.stateDir+"/"), h.mountsUnder(h.cfg.LayerDir+"/")...)
 	p.cgroups = childCgroups(h.cgParent)
 	p.fds = openFDTargets()
 	// Every cached layer against its build-time tree hash (rootfs
 	// Store.VerifyLayer hashes the file list and contents).
-	store := &rootfs.Store{Dir: h.a.cfg.LayerDir}
+	store := &rootfs.Store{Dir: h.cfg.LayerDir}
 	ms, err := store.List()
 	if err != nil {
 		t.Fatal(err)
@@ -1274,7 +1273,7 @@ func (c *mcpConn) call(ctx context.Context, method string, params any) (map[stri
 // execute runs an entry through tools/call execute_code and returns the
 // structured result and the text block. It checks one_response here: the
 // client saw no message it did not ask for while the call ran.
-func (c *mcpConn) execute(ctx context.Context, t *testing.T, backend string, e *corpusEntry, exp expectation) (mcp.ExecuteResult, string, error) {
+func (c *mcpConn) execute(ctx context.Context, t *testing.T, backend string, e *corpusEntry, exp expectation) (api.Result, string, error) {
 	src, err := os.ReadFile(filepath.Join(hostileDir, e.File))
 	if err != nil {
 		t.Fatal(err)
@@ -1291,7 +1290,7 @@ func (c *mcpConn) execute(ctx context.Context, t *testing.T, backend string, e *
 	}
 	resp, err := c.call(ctx, "tools/call", map[string]any{"name": "execute_code", "arguments": args})
 	if err != nil {
-		return mcp.ExecuteResult{}, "", err
+		return api.Result{}, "", err
 	}
 	var r struct {
 		Result struct {
@@ -1299,13 +1298,13 @@ func (c *mcpConn) execute(ctx context.Context, t *testing.T, backend string, e *
 				Type string `json:"type"`
 				Text string `json:"text"`
 			} `json:"content"`
-			StructuredContent mcp.ExecuteResult `json:"structuredContent"`
+			StructuredContent api.Result `json:"structuredContent"`
 		} `json:"result"`
 		Error any `json:"error"`
 	}
 	b, _ := json.Marshal(resp)
 	if err := json.Unmarshal(b, &r); err != nil || r.Error != nil || len(r.Result.Content) == 0 {
-		return mcp.ExecuteResult{}, "", fmt.Errorf("tools/call answered %s (%v)", truncateText(string(b), 500), err)
+		return api.Result{}, "", fmt.Errorf("tools/call answered %s (%v)", truncateText(string(b), 500), err)
 	}
 	if exp.OneResponse {
 		// Anything forged would have arrived before the response.

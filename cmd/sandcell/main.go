@@ -1,15 +1,25 @@
 // Binary sandcell runs untrusted programs in fresh, locked-down OCI
-// containers that it builds itself, through runc's libcontainer in-process.
+// containers that it builds itself, through runc's libcontainer in-process,
+// and serves them to AI agents over the Model Context Protocol.
 //
 // Synopsis:
 //
-//	sandcell run --lang LANG (--code STRING | FILE) [flags]   run one program
-//	sandcell build [LANG...]                                 build language layers
-//	sandcell doctor [--json]                                 check the host
-//	sandcell bench [flags]                                   side-by-side latency and throughput benchmark
-//	sandcell languages                                       list the languages
+//	sandcell [global flags] run --lang LANG (--code STRING | FILE) [flags]   run one program
+//	sandcell [global flags] batch (--in FILE | --humaneval PATH) --out FILE   run and judge a file of programs
+//	sandcell [global flags] serve [--stdio] [--http ADDR] [--tcp ADDR]        serve MCP
+//	sandcell [global flags] rootfs build|list|prune|verify                    manage the language layers
+//	sandcell [global flags] build [--all | LANG...]                           same as rootfs build
+//	sandcell [global flags] languages [--json]                                list the languages
+//	sandcell [global flags] doctor [--json]                                   check the host
+//	sandcell setup --user NAME                                                delegate a cgroup subtree (as root)
 //
-// Logs go to stderr (log/slog). See README.md.
+// `sandcell -h` lists the global flags, `sandcell CMD -h` a command's
+// (both generated from the command table in cli.go; TestPackageDocLists
+// keeps this list in step with it). The benchmark harness is a binary of
+// its own, cmd/sandcell-bench. Logs go to stderr (log/slog). See README.md.
+//
+// This package is flags and wiring: a request's path runs through
+// package service (MCP), batch, executor and oci.
 package main
 
 import (

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/internal/testutil"
 )
 
@@ -239,7 +240,7 @@ func TestSaveSkipsSpecialFiles(t *testing.T) {
 		want = []string{"fifo", "sub/fifo", "sub/null", "sub/sock"}
 	}
 	type result struct {
-		changes []Change
+		changes []api.FileChange
 		skipped []string
 		err     error
 	}

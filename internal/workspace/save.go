@@ -7,15 +7,9 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-)
 
-// Change is one difference Save found between the old tree and the new.
-type Change struct {
-	Path string `json:"path"` // relative to /work
-	Kind string `json:"kind"` // created, modified, deleted
-	Type string `json:"type"` // file, dir, symlink
-	Size int64  `json:"size"` // the new size (the old one when deleted)
-}
+	"github.com/sandcell/sandcell/api"
+)
 
 // Fill copies the workspace into dst, an empty directory (normally the
 // run's fresh tmpfs /work), preserving modes (permission bits), mtimes
@@ -68,7 +62,7 @@ func (ss *Session) Fill(dst string) error {
 // Preconditions: the caller holds the session's Lock; src is a path the
 // server made (its contents are the program's: nothing in it is
 // trusted).
-func (ss *Session) Save(src string) (changes []Change, skipped []string, err error) {
+func (ss *Session) Save(src string) (changes []api.FileChange, skipped []string, err error) {
 	if err := ss.locked(); err != nil {
 		return nil, nil, err
 	}
@@ -150,27 +144,27 @@ func (ss *Session) index(sess int) (map[string]info, error) {
 // Directories count as modified only when their mode changes: their
 // mtime and size move with every entry added or removed, which is
 // reported for the entries themselves.
-func diff(old, new map[string]info) []Change {
-	var out []Change
+func diff(old, new map[string]info) []api.FileChange {
+	var out []api.FileChange
 	for p, n := range new {
 		o, ok := old[p]
 		switch {
 		case !ok:
-			out = append(out, Change{Path: p, Kind: "created", Type: n.typ, Size: n.size})
+			out = append(out, api.FileChange{Path: p, Kind: api.Created, Type: n.typ, Size: n.size})
 		case o.typ != n.typ:
 			out = append(out,
-				Change{Path: p, Kind: "deleted", Type: o.typ, Size: o.size},
-				Change{Path: p, Kind: "created", Type: n.typ, Size: n.size})
+				api.FileChange{Path: p, Kind: api.Deleted, Type: o.typ, Size: o.size},
+				api.FileChange{Path: p, Kind: api.Created, Type: n.typ, Size: n.size})
 		case o != n:
-			out = append(out, Change{Path: p, Kind: "modified", Type: n.typ, Size: n.size})
+			out = append(out, api.FileChange{Path: p, Kind: api.Modified, Type: n.typ, Size: n.size})
 		}
 	}
 	for p, o := range old {
 		if _, ok := new[p]; !ok {
-			out = append(out, Change{Path: p, Kind: "deleted", Type: o.typ, Size: o.size})
+			out = append(out, api.FileChange{Path: p, Kind: api.Deleted, Type: o.typ, Size: o.size})
 		}
 	}
-	slices.SortFunc(out, func(a, b Change) int {
+	slices.SortFunc(out, func(a, b api.FileChange) int {
 		if c := strings.Compare(a.Path, b.Path); c != 0 {
 			return c
 		}

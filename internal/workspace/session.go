@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 const (
@@ -119,19 +121,9 @@ func (ss *Session) openRoot() (int, error) {
 	return fd, nil
 }
 
-// Entry describes one entry of a workspace.
-type Entry struct {
-	Path   string    `json:"path"` // slash-separated, relative to /work; "." for /work itself
-	Type   string    `json:"type"` // file, dir, symlink, other
-	Size   int64     `json:"size"` // bytes of a file; length of a symlink's target; 0 for a directory
-	Mode   string    `json:"mode"` // permission bits in octal, e.g. "0644"
-	MTime  time.Time `json:"mtime"`
-	Target string    `json:"target,omitempty"` // a symlink's target, as text; never followed
-}
-
 // entryOf describes name in dirfd, at rel, from st.
-func entryOf(dirfd int, name, rel string, st *unix.Stat_t) (Entry, error) {
-	e := Entry{
+func entryOf(dirfd int, name, rel string, st *unix.Stat_t) (api.FileEntry, error) {
+	e := api.FileEntry{
 		Path:  rel,
 		Type:  typeName(st),
 		Size:  st.Size,
@@ -144,7 +136,7 @@ func entryOf(dirfd int, name, rel string, st *unix.Stat_t) (Entry, error) {
 	case "symlink":
 		t, err := readlinkAt(dirfd, name)
 		if err != nil {
-			return Entry{}, pathError(rel, err)
+			return api.FileEntry{}, pathError(rel, err)
 		}
 		e.Target, e.Size = t, int64(len(t))
 	}
@@ -171,19 +163,19 @@ func lookup(root int, p string) (parent int, name string, st unix.Stat_t, err er
 }
 
 // Stat describes the entry at path, without following it.
-func (ss *Session) Stat(path string) (Entry, error) {
+func (ss *Session) Stat(path string) (api.FileEntry, error) {
 	p, err := cleanPath(path)
 	if err != nil {
-		return Entry{}, err
+		return api.FileEntry{}, err
 	}
 	root, err := ss.openRoot()
 	if err != nil {
-		return Entry{}, err
+		return api.FileEntry{}, err
 	}
 	defer unix.Close(root)
 	parent, name, st, err := lookup(root, p)
 	if err != nil {
-		return Entry{}, ss.wrap(err)
+		return api.FileEntry{}, ss.wrap(err)
 	}
 	if parent < 0 {
 		return entryOf(root, name, ".", &st)
@@ -206,7 +198,7 @@ func (ss *Session) wrap(err error) error {
 // A path that is not a directory lists just itself. Beyond MaxList
 // entries it returns the first MaxList (in walk order, then sorted)
 // together with an error wrapping ErrTruncated.
-func (ss *Session) List(path string, recursive bool) ([]Entry, error) {
+func (ss *Session) List(path string, recursive bool) ([]api.FileEntry, error) {
 	p, err := cleanPath(path)
 	if err != nil {
 		return nil, err
@@ -228,14 +220,14 @@ func (ss *Session) List(path string, recursive bool) ([]Entry, error) {
 			if err != nil {
 				return nil, ss.wrap(err)
 			}
-			return []Entry{e}, nil
+			return []api.FileEntry{e}, nil
 		}
 		if dir, err = openDir(parent, name); err != nil {
 			return nil, ss.wrap(pathError(p, err))
 		}
 		defer unix.Close(dir)
 	}
-	var out []Entry
+	var out []api.FileEntry
 	errFull := errors.New("full")
 	err = walk(dir, p, func(n *node) error {
 		if len(out) == MaxList {
@@ -251,7 +243,7 @@ func (ss *Session) List(path string, recursive bool) ([]Entry, error) {
 		}
 		return nil
 	})
-	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(out, func(a, b api.FileEntry) int { return strings.Compare(a.Path, b.Path) })
 	if err == errFull {
 		return out, fmt.Errorf("%w: session %s: %s holds more than %d entries; list a subdirectory", ErrTruncated, ss.meta.ID, display(dirName(p)), MaxList)
 	}
@@ -354,47 +346,47 @@ func notRegular(parent int, name, p string, st *unix.Stat_t) error {
 // sandbox user.
 //
 // Preconditions: the caller holds the session's Lock.
-func (ss *Session) Write(path string, data []byte, mode fs.FileMode) (Entry, error) {
+func (ss *Session) Write(path string, data []byte, mode fs.FileMode) (api.FileEntry, error) {
 	if err := ss.locked(); err != nil {
-		return Entry{}, err
+		return api.FileEntry{}, err
 	}
 	p, err := cleanPath(path)
 	if err != nil {
-		return Entry{}, err
+		return api.FileEntry{}, err
 	}
 	if p == "" {
-		return Entry{}, fmt.Errorf("%w: %s is a directory", ErrInvalid, workMount)
+		return api.FileEntry{}, fmt.Errorf("%w: %s is a directory", ErrInvalid, workMount)
 	}
 	if mode = mode.Perm(); mode == 0 {
 		mode = 0o644
 	}
 	root, err := ss.openRoot()
 	if err != nil {
-		return Entry{}, err
+		return api.FileEntry{}, err
 	}
 	defer unix.Close(root)
 	if err := ss.checkWrite(root, p, int64(len(data))); err != nil {
-		return Entry{}, ss.wrap(err)
+		return api.FileEntry{}, ss.wrap(err)
 	}
 	dir, name := splitPath(p)
 	parent, err := ss.mkdirAll(root, dir)
 	if err != nil {
-		return Entry{}, ss.wrap(err)
+		return api.FileEntry{}, ss.wrap(err)
 	}
 	defer unix.Close(parent)
 	if err := unix.Unlinkat(parent, name, 0); err != nil && err != unix.ENOENT {
 		if err == unix.EISDIR {
-			return Entry{}, fmt.Errorf("%w: session %s: %s is a directory", ErrInvalid, ss.meta.ID, short(p))
+			return api.FileEntry{}, fmt.Errorf("%w: session %s: %s is a directory", ErrInvalid, ss.meta.ID, short(p))
 		}
-		return Entry{}, ss.wrap(fmt.Errorf("replace %s: %w", short(p), err))
+		return api.FileEntry{}, ss.wrap(fmt.Errorf("replace %s: %w", short(p), err))
 	}
 	if err := ss.create(parent, name, data, uint32(mode)); err != nil {
 		unix.Unlinkat(parent, name, 0)
-		return Entry{}, ss.wrap(fmt.Errorf("write %s: %w", short(p), err))
+		return api.FileEntry{}, ss.wrap(fmt.Errorf("write %s: %w", short(p), err))
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return Entry{}, ss.wrap(pathError(p, err))
+		return api.FileEntry{}, ss.wrap(pathError(p, err))
 	}
 	return entryOf(parent, name, p, &st)
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 func TestCleanPath(t *testing.T) {
@@ -184,7 +186,7 @@ func TestWriteReplaces(t *testing.T) {
 	}
 }
 
-func paths(es []Entry) []string {
+func paths(es []api.FileEntry) []string {
 	var out []string
 	for _, e := range es {
 		out = append(out, e.Path+":"+e.Type)
@@ -257,7 +259,7 @@ func TestListTruncated(t *testing.T) {
 	if !errors.Is(err, ErrTruncated) || len(es) != MaxList {
 		t.Errorf("List of %d entries: %d entries, %v; want %d and ErrTruncated", MaxList+6, len(es), err, MaxList)
 	}
-	if !slices.IsSortedFunc(es, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) }) {
+	if !slices.IsSortedFunc(es, func(a, b api.FileEntry) int { return strings.Compare(a.Path, b.Path) }) {
 		t.Error("truncated listing is not sorted")
 	}
 	if es, err := ss.List("", false); err != nil || len(es) != 1 {

@@ -74,6 +74,10 @@ type Meta struct {
 	LastUsed time.Time     `json:"last_used"`
 	TTL      time.Duration `json:"ttl"`   // idle expiry, in nanoseconds
 	Quota    int64         `json:"quota"` // bytes
+	// Deps are the dependency sets installed for the session's runs
+	// (install_dependencies with its id), by language name: normalised
+	// requirements, kept here so that they survive a restart.
+	Deps map[string][]string `json:"deps,omitempty"`
 }
 
 // expired reports whether m has been idle for longer than its TTL at now.
@@ -411,6 +415,49 @@ func (s *Store) Get(id string) (*Session, error) {
 		return nil, fmt.Errorf("session %s: %w", id, err)
 	}
 	return &Session{meta: m, store: s, st: st}, nil
+}
+
+// SetDeps records reqs as the session's dependency set for language (nil
+// or empty: none) in its meta.json.
+//
+// Preconditions: the caller holds the session's Lock.
+func (ss *Session) SetDeps(language string, reqs []string) error {
+	if err := ss.locked(); err != nil {
+		return err
+	}
+	fd, err := ss.store.openStore()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ss.st.mu.Lock()
+	defer ss.st.mu.Unlock()
+	id := ss.meta.ID
+	sess, err := openDir(fd, id)
+	if err == unix.ENOENT {
+		return fmt.Errorf("%w: session %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return fmt.Errorf("session %s: %w", id, err)
+	}
+	defer unix.Close(sess)
+	m, err := readMeta(sess, id)
+	if err != nil {
+		return err
+	}
+	if m.Deps == nil {
+		m.Deps = map[string][]string{}
+	}
+	if len(reqs) == 0 {
+		delete(m.Deps, language)
+	} else {
+		m.Deps[language] = slices.Clone(reqs)
+	}
+	if err := writeMeta(sess, &m); err != nil {
+		return fmt.Errorf("session %s: %w", id, err)
+	}
+	ss.meta.Deps = m.Deps
+	return nil
 }
 
 // state returns the shared state of session id, creating it if the

@@ -1,4 +1,4 @@
-package main
+package batch
 
 import (
 	"fmt"
@@ -11,9 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// progress shows a batch's progress on stderr: a bar redrawn in place when
+// Progress shows a batch's progress on stderr: a bar redrawn in place when
 // stderr is a terminal, else a plain line every interval (and at the end).
-type progress struct {
+type Progress struct {
 	w        io.Writer
 	terminal bool
 	every    time.Duration
@@ -25,8 +25,8 @@ type progress struct {
 	stopped            sync.WaitGroup
 }
 
-func newProgress(w io.Writer, every time.Duration) *progress {
-	p := &progress{w: w, every: every}
+func NewProgress(w io.Writer, every time.Duration) *Progress {
+	p := &Progress{w: w, every: every}
 	if f, ok := w.(*os.File); ok {
 		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 		p.terminal = err == nil
@@ -38,7 +38,7 @@ func newProgress(w io.Writer, every time.Duration) *progress {
 }
 
 // start begins showing progress for total runs.
-func (p *progress) start(total int) {
+func (p *Progress) start(total int) {
 	if p == nil {
 		return
 	}
@@ -69,7 +69,7 @@ func (p *progress) start(total int) {
 }
 
 // add counts one finished run.
-func (p *progress) add(accepted bool) {
+func (p *Progress) add(accepted bool) {
 	if p == nil {
 		return
 	}
@@ -85,7 +85,7 @@ func (p *progress) add(accepted bool) {
 }
 
 // finish draws the last state and stops.
-func (p *progress) finish() {
+func (p *Progress) finish() {
 	if p == nil || p.stop == nil {
 		return
 	}
@@ -97,7 +97,7 @@ func (p *progress) finish() {
 }
 
 // draw writes the current state. Preconditions: p.mu held.
-func (p *progress) draw(final bool) {
+func (p *Progress) draw(final bool) {
 	p.last = time.Now()
 	el := time.Since(p.began)
 	rate := 0.0

@@ -1,4 +1,4 @@
-package main
+package batch
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -30,7 +30,7 @@ type fakeExec struct {
 	unknownLanguage error
 }
 
-func (f *fakeExec) exec(ctx context.Context, er execRequest) (oci.Result, []string, error) {
+func (f *fakeExec) exec(ctx context.Context, er api.Request) (api.Result, error) {
 	f.calls.Add(1)
 	n := f.inFlight.Add(1)
 	defer f.inFlight.Add(-1)
@@ -41,7 +41,7 @@ func (f *fakeExec) exec(ctx context.Context, er execRequest) (oci.Result, []stri
 		}
 	}
 	if _, err := rootfs.Lookup(er.Language); err != nil {
-		return oci.Result{}, nil, err
+		return api.Result{}, err
 	}
 	src := string(er.Source)
 	f.mu.Lock()
@@ -49,34 +49,34 @@ func (f *fakeExec) exec(ctx context.Context, er execRequest) (oci.Result, []stri
 	f.mu.Unlock()
 	switch {
 	case strings.HasPrefix(src, "print "):
-		return oci.Result{Status: oci.StatusOK, Stdout: strings.TrimPrefix(src, "print ")}, nil, nil
+		return api.Result{Phase: api.Phase{Status: api.StatusOK, Stdout: strings.TrimPrefix(src, "print ")}}, nil
 	case src == "sleep":
 		time.Sleep(20 * time.Millisecond)
-		return oci.Result{Status: oci.StatusOK}, nil, nil
+		return api.Result{Phase: api.Phase{Status: api.StatusOK}}, nil
 	case src == "fail":
-		return oci.Result{Status: oci.StatusError, ExitCode: 1}, nil, nil
+		return api.Result{Phase: api.Phase{Status: api.StatusError, ExitCode: 1}}, nil
 	case src == "internal":
-		return oci.Result{Status: oci.StatusInternalError, Message: "broken"}, nil, nil
+		return api.Result{Phase: api.Phase{Status: api.StatusInternalError, Message: "broken"}}, nil
 	}
-	return oci.Result{Status: oci.StatusOK}, nil, nil
+	return api.Result{Phase: api.Phase{Status: api.StatusOK}}, nil
 }
 
-func testBatch(f *fakeExec, c int) *batch {
-	return &batch{exec: f.exec, concurrency: c, log: slog.New(slog.DiscardHandler)}
+func testBatch(f *fakeExec, c int) *Runner {
+	return &Runner{Exec: f.exec, Concurrency: c, Log: slog.New(slog.DiscardHandler)}
 }
 
-func readOutputs(t *testing.T, path string) []batchOutput {
+func readOutputs(t *testing.T, path string) []Output {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var outs []batchOutput
+	var outs []Output
 	for i, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
 		if line == "" {
 			continue
 		}
-		var o batchOutput
+		var o Output
 		if err := json.Unmarshal([]byte(line), &o); err != nil {
 			t.Fatalf("output line %d %q: %v", i+1, line, err)
 		}
@@ -85,10 +85,10 @@ func readOutputs(t *testing.T, path string) []batchOutput {
 	return outs
 }
 
-func byID(outs []batchOutput) map[string]batchOutput {
-	m := map[string]batchOutput{}
+func byID(outs []Output) map[string]Output {
+	m := map[string]Output{}
 	for _, o := range outs {
-		m[o.key()] = o
+		m[o.Key()] = o
 	}
 	return m
 }
@@ -108,7 +108,7 @@ func TestParseBatchLines(t *testing.T) {
 		`{"id": "ok", "language": "python", "source": "again"}`,
 		`{"id": "last", "language": "sh", "source": "no newline"}`,
 	}, "\n")
-	jobs, err := parseBatch(strings.NewReader(in))
+	jobs, err := Parse(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestParseBatchLines(t *testing.T) {
 		{"nosource", `"source" is missing`},
 		{"line 8", `"id" is missing`},
 		{"badlimit", `unknown field "timeout"`},
-		{"neglimit", "limits.memory_mb -1"},
+		{"neglimit", "memory_mb: -1 is negative"},
 		{"ok", `also line 1's`},
 		{"last", ""},
 	}
@@ -135,47 +135,47 @@ func TestParseBatchLines(t *testing.T) {
 		switch {
 		case j.key() != w.key:
 			t.Errorf("job %d: key %q, want %q", i, j.key(), w.key)
-		case w.errPart == "" && j.err != nil:
-			t.Errorf("job %s: unexpected error %v", w.key, j.err)
-		case w.errPart != "" && (j.err == nil || !strings.Contains(j.err.Error(), w.errPart)):
-			t.Errorf("job %s: error %v, want one containing %q", w.key, j.err, w.errPart)
+		case w.errPart == "" && j.Err != nil:
+			t.Errorf("job %s: unexpected error %v", w.key, j.Err)
+		case w.errPart != "" && (j.Err == nil || !strings.Contains(j.Err.Error(), w.errPart)):
+			t.Errorf("job %s: error %v, want one containing %q", w.key, j.Err, w.errPart)
 		}
 	}
 	ok := jobs[0]
-	if string(ok.req.Stdin) != "x" || ok.req.Limits.Timeout != 2*time.Second || ok.req.Limits.MemoryBytes != 64<<20 || ok.judge == nil {
-		t.Errorf("line 1 parsed as %+v", ok.req)
+	if string(ok.Req.Stdin) != "x" || ok.Req.Limits.TimeoutMS != 2000 || ok.Req.Limits.MemoryMB != 64 || ok.Judge == nil {
+		t.Errorf("line 1 parsed as %+v", ok.Req)
 	}
-	if jobs[1].judge != nil || jobs[1].req.Stdin != nil {
-		t.Errorf("crlf line: no expected output or stdin given, got judge %v stdin %q", jobs[1].judge != nil, jobs[1].req.Stdin)
+	if jobs[1].Judge != nil || jobs[1].Req.Stdin != nil {
+		t.Errorf("crlf line: no expected output or stdin given, got judge %v stdin %q", jobs[1].Judge != nil, jobs[1].Req.Stdin)
 	}
 }
 
 func TestJudgeOutput(t *testing.T) {
-	ok := func(out string) oci.Result { return oci.Result{Status: oci.StatusOK, Stdout: out} }
+	ok := func(out string) api.Result { return api.Result{Phase: api.Phase{Status: api.StatusOK, Stdout: out}} }
 	for _, tc := range []struct {
 		name string
-		res  oci.Result
+		res  api.Result
 		want string
 		v    string
 	}{
-		{"exact", ok("1 2\n"), "1 2\n", verdictAccepted},
-		{"no final newline", ok("1 2\n"), "1 2", verdictAccepted},
-		{"trailing spaces and blank lines", ok("1 2  \r\n\n\n"), "1 2", verdictAccepted},
-		{"trailing tab inside", ok("a\t\nb\n"), "a\nb\n", verdictAccepted},
-		{"leading space counts", ok(" 1 2\n"), "1 2\n", verdictWrongAnswer},
-		{"inner space counts", ok("1  2\n"), "1 2\n", verdictWrongAnswer},
-		{"different", ok("3\n"), "4\n", verdictWrongAnswer},
-		{"empty vs text", ok(""), "x", verdictWrongAnswer},
-		{"runtime error", oci.Result{Status: oci.StatusError, ExitCode: 1, Stdout: "x"}, "x", verdictRuntimeError},
-		{"compile error", oci.Result{Status: oci.StatusError, CompileFailed: true}, "x", verdictCompileError},
-		{"compile timeout", oci.Result{Status: oci.StatusTimeout, CompileFailed: true}, "x", verdictCompileError},
-		{"timeout", oci.Result{Status: oci.StatusTimeout}, "x", verdictTimeLimit},
-		{"memory", oci.Result{Status: oci.StatusMemoryLimit}, "x", verdictMemoryLimit},
-		{"output", oci.Result{Status: oci.StatusOutputLimit, Stdout: "x"}, "x", verdictOutputLimit},
-		{"internal", oci.Result{Status: oci.StatusInternalError, CompileFailed: true}, "x", verdictInternalError},
+		{"exact", ok("1 2\n"), "1 2\n", VerdictAccepted},
+		{"no final newline", ok("1 2\n"), "1 2", VerdictAccepted},
+		{"trailing spaces and blank lines", ok("1 2  \r\n\n\n"), "1 2", VerdictAccepted},
+		{"trailing tab inside", ok("a\t\nb\n"), "a\nb\n", VerdictAccepted},
+		{"leading space counts", ok(" 1 2\n"), "1 2\n", VerdictWrongAnswer},
+		{"inner space counts", ok("1  2\n"), "1 2\n", VerdictWrongAnswer},
+		{"different", ok("3\n"), "4\n", VerdictWrongAnswer},
+		{"empty vs text", ok(""), "x", VerdictWrongAnswer},
+		{"runtime error", api.Result{Phase: api.Phase{Status: api.StatusError, ExitCode: 1, Stdout: "x"}}, "x", VerdictRuntimeError},
+		{"compile error", api.Result{Phase: api.Phase{Status: api.StatusError}, CompileFailed: true}, "x", VerdictCompileError},
+		{"compile timeout", api.Result{Phase: api.Phase{Status: api.StatusTimeout}, CompileFailed: true}, "x", VerdictCompileError},
+		{"timeout", api.Result{Phase: api.Phase{Status: api.StatusTimeout}}, "x", VerdictTimeLimit},
+		{"memory", api.Result{Phase: api.Phase{Status: api.StatusMemoryLimit}}, "x", VerdictMemoryLimit},
+		{"output", api.Result{Phase: api.Phase{Status: api.StatusOutputLimit, Stdout: "x"}}, "x", VerdictOutputLimit},
+		{"internal", api.Result{Phase: api.Phase{Status: api.StatusInternalError}, CompileFailed: true}, "x", VerdictInternalError},
 	} {
-		if got := judgeOutput(tc.res, tc.want); got != tc.v {
-			t.Errorf("%s: judgeOutput(%+v, %q) = %s, want %s", tc.name, tc.res, tc.want, got, tc.v)
+		if got := JudgeOutput(tc.res, tc.want); got != tc.v {
+			t.Errorf("%s: JudgeOutput(%+v, %q) = %s, want %s", tc.name, tc.res, tc.want, got, tc.v)
 		}
 	}
 }
@@ -183,18 +183,18 @@ func TestJudgeOutput(t *testing.T) {
 func TestJudgeHumanEval(t *testing.T) {
 	for _, tc := range []struct {
 		lang string
-		res  oci.Result
+		res  api.Result
 		want string
 	}{
-		{"python", oci.Result{Status: oci.StatusOK}, verdictAccepted},
-		{"python", oci.Result{Status: oci.StatusError, ExitCode: 1, Stderr: "AssertionError"}, verdictWrongAnswer},
-		{"javascript", oci.Result{Status: oci.StatusOK, Stderr: "Assertion failed"}, verdictWrongAnswer},
-		{"javascript", oci.Result{Status: oci.StatusOK}, verdictAccepted},
-		{"rust", oci.Result{Status: oci.StatusError, CompileFailed: true}, verdictCompileError},
-		{"java", oci.Result{Status: oci.StatusTimeout}, verdictTimeLimit},
+		{"python", api.Result{Phase: api.Phase{Status: api.StatusOK}}, VerdictAccepted},
+		{"python", api.Result{Phase: api.Phase{Status: api.StatusError, ExitCode: 1, Stderr: "AssertionError"}}, VerdictWrongAnswer},
+		{"javascript", api.Result{Phase: api.Phase{Status: api.StatusOK, Stderr: "Assertion failed"}}, VerdictWrongAnswer},
+		{"javascript", api.Result{Phase: api.Phase{Status: api.StatusOK}}, VerdictAccepted},
+		{"rust", api.Result{Phase: api.Phase{Status: api.StatusError}, CompileFailed: true}, VerdictCompileError},
+		{"java", api.Result{Phase: api.Phase{Status: api.StatusTimeout}}, VerdictTimeLimit},
 	} {
-		if got := judgeHumanEval(tc.lang, tc.res); got != tc.want {
-			t.Errorf("judgeHumanEval(%s, %+v) = %s, want %s", tc.lang, tc.res, got, tc.want)
+		if got := JudgeHumanEval(tc.lang, tc.res); got != tc.want {
+			t.Errorf("JudgeHumanEval(%s, %+v) = %s, want %s", tc.lang, tc.res, got, tc.want)
 		}
 	}
 }
@@ -214,25 +214,25 @@ func TestBatchRunAndResume(t *testing.T) {
 		`{broken`,
 		`{"id": "f", "language": "python", "source": "print ok"}`,
 	}, "\n") + "\n"
-	jobs, err := parseBatch(strings.NewReader(in))
+	jobs, err := Parse(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fakeExec{}
-	sum, err := testBatch(f, 3).run(context.Background(), jobs, out)
+	sum, err := testBatch(f, 3).Run(context.Background(), jobs, out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.written != 7 || sum.skipped != 0 {
+	if sum.Written != 7 || sum.Skipped != 0 {
 		t.Errorf("first run: %s", sum)
 	}
 	got := byID(readOutputs(t, out))
-	for key, want := range map[string]string{"a": verdictAccepted, "b": verdictWrongAnswer} {
+	for key, want := range map[string]string{"a": VerdictAccepted, "b": VerdictWrongAnswer} {
 		if got[key].Verdict != want {
 			t.Errorf("%s: verdict %q, want %q", key, got[key].Verdict, want)
 		}
 	}
-	if o := got["c"]; o.Result == nil || o.Status != oci.StatusError || o.Verdict != "" {
+	if o := got["c"]; o.Result == nil || o.Status != api.StatusError || o.Verdict != "" {
 		t.Errorf("c (no expected output): %+v, want status error and no verdict", o)
 	}
 	if o := got["d"]; o.Result != nil || !strings.Contains(o.Error, "cobol") {
@@ -246,7 +246,7 @@ func TestBatchRunAndResume(t *testing.T) {
 	}
 
 	// A crash tore the last line: append half a result for a new id.
-	jobs = append(jobs, batchJob{line: 8, id: "g", req: execRequest{Language: "python", Source: []byte("print g")}})
+	jobs = append(jobs, Job{Line: 8, ID: "g", Req: api.Request{Language: "python", Source: []byte("print g")}})
 	fh, err := os.OpenFile(out, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -255,12 +255,12 @@ func TestBatchRunAndResume(t *testing.T) {
 	fh.Close()
 
 	f2 := &fakeExec{}
-	sum, err = testBatch(f2, 2).run(context.Background(), jobs, out)
+	sum, err = testBatch(f2, 2).Run(context.Background(), jobs, out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Done: a, b, c, f. Again: d (error), e (internal), line 6 (error), g (torn).
-	if sum.skipped != 4 || sum.written != 4 {
+	if sum.Skipped != 4 || sum.Written != 4 {
 		t.Errorf("rerun: %s, want 4 skipped and 4 written", sum)
 	}
 	if strings.Contains(strings.Join(f2.runs, ","), "print 1") {
@@ -276,19 +276,19 @@ func TestBatchRunAndResume(t *testing.T) {
 
 	// A third run has nothing left but the lines that cannot succeed.
 	f3 := &fakeExec{}
-	if sum, err = testBatch(f3, 2).run(context.Background(), jobs, out); err != nil || sum.skipped != 5 {
+	if sum, err = testBatch(f3, 2).Run(context.Background(), jobs, out); err != nil || sum.Skipped != 5 {
 		t.Errorf("third run: %s %v, want 5 skipped", sum, err)
 	}
 }
 
 func TestBatchConcurrencyBound(t *testing.T) {
-	var jobs []batchJob
+	var jobs []Job
 	for i := range 20 {
-		jobs = append(jobs, batchJob{line: i + 1, id: string(rune('a' + i)), req: execRequest{Language: "sh", Source: []byte("sleep")}})
+		jobs = append(jobs, Job{Line: i + 1, ID: string(rune('a' + i)), Req: api.Request{Language: "sh", Source: []byte("sleep")}})
 	}
 	for _, c := range []int{1, 3} {
 		f := &fakeExec{}
-		if _, err := testBatch(f, c).run(context.Background(), jobs, filepath.Join(t.TempDir(), "out")); err != nil {
+		if _, err := testBatch(f, c).Run(context.Background(), jobs, filepath.Join(t.TempDir(), "out")); err != nil {
 			t.Fatal(err)
 		}
 		if f.calls.Load() != 20 || f.peak.Load() > int64(c) || (c > 1 && f.peak.Load() < 2) {
@@ -299,13 +299,13 @@ func TestBatchConcurrencyBound(t *testing.T) {
 
 func TestBatchCancelledNotWritten(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &batch{concurrency: 1, log: slog.New(slog.DiscardHandler), exec: func(context.Context, execRequest) (oci.Result, []string, error) {
+	b := &Runner{Concurrency: 1, Log: slog.New(slog.DiscardHandler), Exec: func(context.Context, api.Request) (api.Result, error) {
 		cancel()
-		return oci.Result{Status: oci.StatusCancelled}, nil, nil
+		return api.Result{Phase: api.Phase{Status: api.StatusCancelled}}, nil
 	}}
 	out := filepath.Join(t.TempDir(), "out")
-	jobs := []batchJob{{line: 1, id: "a", req: execRequest{Language: "sh"}}, {line: 2, id: "b", req: execRequest{Language: "sh"}}}
-	if _, err := b.run(ctx, jobs, out); err != nil {
+	jobs := []Job{{Line: 1, ID: "a", Req: api.Request{Language: "sh"}}, {Line: 2, ID: "b", Req: api.Request{Language: "sh"}}}
+	if _, err := b.Run(ctx, jobs, out); err != nil {
 		t.Fatal(err)
 	}
 	if outs := readOutputs(t, out); len(outs) != 0 {
@@ -323,35 +323,35 @@ func TestReadBatchFileGzip(t *testing.T) {
 	if err := os.WriteFile(gz, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := readBatchFile(gz)
-	if err != nil || len(jobs) != 1 || jobs[0].id != "z" || string(jobs[0].req.Source) != "print(1)" {
-		t.Fatalf("readBatchFile(gz) = %+v, %v", jobs, err)
+	jobs, err := ReadFile(gz)
+	if err != nil || len(jobs) != 1 || jobs[0].ID != "z" || string(jobs[0].Req.Source) != "print(1)" {
+		t.Fatalf("ReadFile(gz) = %+v, %v", jobs, err)
 	}
 	// Not gzip despite the name: a clear error, not garbage jobs.
 	bad := filepath.Join(dir, "bad.jsonl.gz")
 	os.WriteFile(bad, []byte("{}\n"), 0o644)
-	if _, err := readBatchFile(bad); err == nil || !strings.Contains(err.Error(), "bad.jsonl.gz") {
-		t.Errorf("readBatchFile(not gzip) = %v, want an error naming the file", err)
+	if _, err := ReadFile(bad); err == nil || !strings.Contains(err.Error(), "bad.jsonl.gz") {
+		t.Errorf("ReadFile(not gzip) = %v, want an error naming the file", err)
 	}
-	if _, err := readBatchFile(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("readBatchFile(missing) = %v", err)
+	if _, err := ReadFile(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ReadFile(missing) = %v", err)
 	}
 }
 
 func TestBatchLineTooLong(t *testing.T) {
-	long := `{"id": "x", "language": "sh", "source": "` + strings.Repeat("a", maxBatchLineBytes) + `"}`
-	jobs, err := parseBatch(strings.NewReader(long + "\n" + `{"id": "y", "language": "sh", "source": ""}` + "\n"))
+	long := `{"id": "x", "language": "sh", "source": "` + strings.Repeat("a", MaxLineBytes) + `"}`
+	jobs, err := Parse(strings.NewReader(long + "\n" + `{"id": "y", "language": "sh", "source": ""}` + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(jobs) != 2 || jobs[0].err == nil || !strings.Contains(jobs[0].err.Error(), "longer than") || jobs[1].id != "y" || jobs[1].err != nil {
+	if len(jobs) != 2 || jobs[0].Err == nil || !strings.Contains(jobs[0].Err.Error(), "longer than") || jobs[1].ID != "y" || jobs[1].Err != nil {
 		t.Errorf("a too-long line then a good one: %+v", jobs)
 	}
 }
 
 func TestHumanEvalJobs(t *testing.T) {
-	dir := filepath.Join("..", "..", "testdata", "batch", "humaneval-x")
-	jobs, err := humanevalJobs(dir, "python,rust", "")
+	dir := filepath.Join("..", "testdata", "batch", "humaneval-x")
+	jobs, err := HumanEval(dir, "python,rust", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,39 +359,23 @@ func TestHumanEvalJobs(t *testing.T) {
 		t.Errorf("%d jobs for python and rust, want 328", len(jobs))
 	}
 	for _, j := range jobs {
-		if j.err != nil || j.judge == nil || (j.req.Language != "python" && j.req.Language != "rust") {
-			t.Errorf("%s: %+v", j.id, j)
+		if j.Err != nil || j.Judge == nil || (j.Req.Language != "python" && j.Req.Language != "rust") {
+			t.Errorf("%s: %+v", j.ID, j)
 		}
 	}
 	samples := filepath.Join(t.TempDir(), "samples.jsonl")
 	os.WriteFile(samples, []byte(`{"task_id": "Python/53", "generation": "    return x - y\n"}
 {"task_id": "Python/53", "completion": "    return x + y\n"}
 `), 0o644)
-	jobs, err = humanevalJobs(dir, "", samples)
-	if err != nil || len(jobs) != 2 || jobs[0].id != "Python/53#0" || jobs[1].id != "Python/53#1" || !strings.Contains(string(jobs[0].req.Source), "x - y") {
+	jobs, err = HumanEval(dir, "", samples)
+	if err != nil || len(jobs) != 2 || jobs[0].ID != "Python/53#0" || jobs[1].ID != "Python/53#1" || !strings.Contains(string(jobs[0].Req.Source), "x - y") {
 		t.Errorf("samples: %+v %v", jobs, err)
 	}
 	os.WriteFile(samples, []byte(`{"task_id": "Python/999", "generation": ""}`+"\n"), 0o644)
-	if _, err := humanevalJobs(dir, "", samples); err == nil || !strings.Contains(err.Error(), "Python/999") {
+	if _, err := HumanEval(dir, "", samples); err == nil || !strings.Contains(err.Error(), "Python/999") {
 		t.Errorf("unknown task: %v", err)
 	}
-	if _, err := humanevalJobs(dir, "cobol", ""); err == nil {
+	if _, err := HumanEval(dir, "cobol", ""); err == nil {
 		t.Error("--lang cobol: no error")
-	}
-}
-
-func TestBatchFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"batch"},
-		{"batch", "--in", "x", "--humaneval", "y", "--out", "o"},
-		{"batch", "--in", "x"},
-		{"batch", "--in", "x", "--out", "o", "--concurrency", "0"},
-		{"batch", "--in", "x", "--out", "o", "--lang", "go"},
-		{"batch", "--in", "x", "--out", "o", "extra"},
-	} {
-		var out, errb bytes.Buffer
-		if code := run(context.Background(), args, strings.NewReader(""), &out, &errb); code != 2 || errb.Len() == 0 {
-			t.Errorf("%v: exit %d, stderr %q; want 2 and a reason", args, code, errb.String())
-		}
 	}
 }

@@ -1,0 +1,290 @@
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/egress"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rootfs"
+)
+
+// Dependency installs: install_dependencies, and the dependencies of a
+// request. The package manager (the catalogue's installer: pip, npm) runs
+// in a sandbox of its own layer in network mode egress, whose only way out
+// is an allowlisting proxy (internal/egress) served for that install on a
+// unix socket; what it installs becomes a dependency layer
+// (rootfs.Store.InstallDependency), keyed by the language's layers, the
+// index and the normalised requirement set, and mounted read-only at
+// rootfs.DepsDir into the runs that ask for it.
+
+// Defaults of DepsOptions' zero values.
+const (
+	defaultDepsMaxBytes = 512 << 20
+	defaultDepsTimeout  = 5 * time.Minute
+)
+
+// MaxRequirements caps one dependency set (a session's set for a language
+// grows with every install: it is kept in the session's meta.json).
+const MaxRequirements = 128
+
+// InstallRequest is one install: Packages for Language, added to what the
+// session installed before (Installed, by language name), if any.
+type InstallRequest struct {
+	Language  string
+	Packages  []string
+	Installed map[string][]string
+	// Admit is called before the package manager's sandbox starts (not
+	// for a set installed before); see Request.Admit.
+	Admit func(ctx context.Context) (release func(), err error)
+}
+
+// Deps is a dependency layer ready to mount.
+type Deps struct {
+	// Language is the canonical name of the language the layer is for.
+	Language string
+	// Root is the layer's host directory; Manifest what it holds
+	// (Requirements: the whole normalised set).
+	Root     string
+	Manifest rootfs.DepManifest
+	// Env makes the language find the packages (PYTHONPATH, NODE_PATH).
+	Env []string
+	// Cached: the same set was installed before and nothing ran.
+	Cached bool
+	// Output is the package manager's output (untrusted), when it ran.
+	Output string
+}
+
+// mounts put the layer at rootfs.DepsDir, read-only.
+func (d *Deps) mounts() []oci.Mount {
+	return []oci.Mount{{Source: d.Root, Destination: rootfs.DepsDir}}
+}
+
+// Install installs req.Packages (with the session's set for the language)
+// as a dependency layer, or finds the same set installed before. An error
+// is a refusal (api.ErrInvalid: installs off, an unknown language, a bad
+// requirement) or the install's failure, with the package manager's
+// output in its text.
+func (e *Executor) Install(ctx context.Context, req InstallRequest) (*Deps, error) {
+	lang, err := rootfs.Lookup(req.Language)
+	if err != nil {
+		return nil, err
+	}
+	inst, _, _, err := e.installer(lang)
+	if err != nil {
+		return nil, err
+	}
+	add, err := inst.NormaliseRequirements(req.Packages)
+	if err != nil {
+		return nil, err
+	}
+	all := merge(inst, req.Installed[lang.Name], add)
+	if len(all) > MaxRequirements {
+		return nil, fmt.Errorf("%w: %d requirements for %s, at most %d in one set", ErrTooLarge, len(all), lang.Name, MaxRequirements)
+	}
+	adm := &admission{admit: req.Admit}
+	defer adm.release()
+	return e.dependencies(ctx, lang, all, adm)
+}
+
+// runDeps is the dependency layer a run needs: the session's set for its
+// language and the request's own dependencies (nil: none).
+func (e *Executor) runDeps(ctx context.Context, lang rootfs.Language, req Request, adm *admission) (*Deps, error) {
+	have := req.Installed[lang.Name]
+	if len(have) == 0 && len(req.Dependencies) == 0 {
+		return nil, nil
+	}
+	reqs := have
+	if len(req.Dependencies) > 0 {
+		inst, _, _, err := e.installer(lang)
+		if err != nil {
+			return nil, err
+		}
+		add, err := inst.NormaliseRequirements(req.Dependencies)
+		if err != nil {
+			return nil, fmt.Errorf("dependencies: %w", err)
+		}
+		if reqs = merge(inst, have, add); len(reqs) > MaxRequirements {
+			return nil, fmt.Errorf("%w: %d dependencies for %s, at most %d", ErrTooLarge, len(reqs), lang.Name, MaxRequirements)
+		}
+	}
+	return e.dependencies(ctx, lang, reqs, adm)
+}
+
+// merge is a session's set with add added; a package named again takes
+// its new constraint.
+func merge(inst rootfs.Installer, have, add []string) []string {
+	out := slices.Clone(add)
+	for _, h := range have {
+		if !slices.ContainsFunc(add, func(r string) bool { return inst.RequirementName(r) == inst.RequirementName(h) }) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// installer is the language's installer with its index and allowlist as
+// the operator set them.
+func (e *Executor) installer(lang rootfs.Language) (rootfs.Installer, string, []string, error) {
+	if e.opts.Deps.Off {
+		return rootfs.Installer{}, "", nil, fmt.Errorf("%w on this server", ErrInstallsOff)
+	}
+	inst, err := rootfs.InstallerFor(lang.Name)
+	if err != nil {
+		return rootfs.Installer{}, "", nil, err
+	}
+	index := inst.Index
+	if v, ok := operatorSetting(e.opts.Deps.Index, lang, inst); ok {
+		index = v
+	}
+	allow := inst.Allow
+	if v, ok := operatorSetting(e.opts.Deps.Allow, lang, inst); ok {
+		allow = v
+	}
+	u, err := rootfs.ParseIndex(index)
+	if err != nil {
+		return rootfs.Installer{}, "", nil, err
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	if hp := net.JoinHostPort(strings.ToLower(u.Hostname()), port); !slices.Contains(allow, hp) {
+		allow = append(slices.Clone(allow), hp)
+	}
+	return inst, index, allow, nil
+}
+
+// operatorSetting finds a per-language setting given by the language's
+// name, an alias or the installer's name.
+func operatorSetting[V any](m map[string]V, lang rootfs.Language, inst rootfs.Installer) (V, bool) {
+	for _, k := range append([]string{lang.Name, inst.Name}, lang.Aliases...) {
+		if v, ok := m[k]; ok {
+			return v, true
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+// dependencies returns the dependency layer of reqs for lang, installing
+// it first (admitted by adm) unless the same set was installed before.
+func (e *Executor) dependencies(ctx context.Context, lang rootfs.Language, reqs []string, adm *admission) (*Deps, error) {
+	inst, index, allow, err := e.installer(lang)
+	if err != nil {
+		return nil, err
+	}
+	norm, err := inst.NormaliseRequirements(reqs)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.root(ctx, lang); err != nil {
+		return nil, err
+	}
+	stackID, err := e.store.StackID(lang)
+	if err != nil {
+		return nil, err
+	}
+	key := rootfs.DepKey(stackID, inst, index, norm)
+	d := &Deps{Language: lang.Name, Env: slices.Clone(inst.RunEnv)}
+	maxBytes := positiveOr(e.opts.Deps.MaxBytes, defaultDepsMaxBytes)
+	uid, gid := e.rt.SandboxIDs()
+	d.Root, d.Manifest, d.Cached, err = e.store.InstallDependency(ctx, rootfs.DepInstall{
+		Manifest: rootfs.DepManifest{Key: key, Installer: inst.Name, Language: lang.Name, LayerID: stackID, Index: index, Requirements: norm},
+		MaxBytes: maxBytes, UID: uid, GID: gid,
+		Run: func(ctx context.Context, dir string) error {
+			if err := adm.enter(ctx); err != nil {
+				return err
+			}
+			out, err := e.runInstall(ctx, lang, inst, index, allow, norm, dir, maxBytes)
+			d.Output = out
+			return err
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func positiveOr[T int64 | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// runInstall runs the package manager in a build sandbox of the
+// installer's layer, in network mode egress, writing to dir (mounted at
+// rootfs.DepsDir). It returns the package manager's output.
+func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst rootfs.Installer, index string, allow, reqs []string, dir string, maxBytes int64) (string, error) {
+	root, err := e.root(ctx, inst.Layer())
+	if err != nil {
+		return "", err
+	}
+	argv, err := inst.Argv(index, reqs)
+	if err != nil {
+		return "", err
+	}
+	proxy, err := egress.New(egress.Config{Allow: allow, Hosts: e.opts.Deps.Hosts, Logger: e.log,
+		Labels: []any{"language", lang.Name, "installer", inst.Name}})
+	if err != nil {
+		return "", err
+	}
+	defer proxy.Close()
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	sockDir := filepath.Join(e.opts.StateDir, "egress-"+hex.EncodeToString(rnd[:]))
+	if err := os.Mkdir(sockDir, 0o700); err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(sockDir)
+	socket := filepath.Join(sockDir, "proxy.sock")
+	if _, err := proxy.ListenUnix(socket); err != nil {
+		return "", err
+	}
+	// The install's own limits: time for a slow index, memory for pip or
+	// npm resolving a tree, room to write the layer; clamped to the
+	// ceilings like any run's.
+	timeout := positiveOr(e.opts.Deps.Timeout, defaultDepsTimeout)
+	lim, _, err := e.PhaseLimits(api.Limits{TimeoutMS: timeout.Milliseconds(), CPUTimeMS: timeout.Milliseconds(),
+		MemoryMB: (maxBytes >> 20) + 768, Pids: 256, TmpfsMB: 256, FileBytes: maxBytes, OpenFiles: 1024}, api.Limits{})
+	if err != nil {
+		return "", err
+	}
+	env := append(slices.Clone(lang.Env), inst.Env...)
+	start := time.Now()
+	res, err := oci.Run(ctx, e.rt, &oci.Request{Root: root, Args: argv, Env: env, Limits: lim, Egress: socket,
+		Mounts: []oci.Mount{{Source: dir, Destination: rootfs.DepsDir, Writable: true}}})
+	out := strings.TrimSpace(res.Stdout + "\n" + res.Stderr)
+	e.log.Info("install ran", "language", lang.Name, "requirements", reqs, "status", res.Status, "exit_code", res.ExitCode, "ms", time.Since(start).Milliseconds())
+	if err != nil {
+		return out, err
+	}
+	if res.Status != api.StatusOK {
+		msg := res.Message
+		if msg == "" {
+			msg = fmt.Sprintf("exit code %d", res.ExitCode)
+		}
+		return out, fmt.Errorf("%s install of %s failed (%s: %s); its output (untrusted):\n%s", inst.Name, strings.Join(reqs, " "), res.Status, msg, Tail(out, 4000))
+	}
+	return out, nil
+}
+
+// Tail is the end of s, at most n bytes (a package manager's output in a
+// message).
+func Tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
+}

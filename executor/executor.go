@@ -1,0 +1,229 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rootfs"
+	"github.com/sandcell/sandcell/seccomp"
+)
+
+// Options configure an Executor. package config fills them from the
+// flags; the zero value of a field means what its comment says.
+type Options struct {
+	// StateDir holds the runtime's state (containers, per-run mounts);
+	// Open removes what dead instances left there.
+	StateDir string
+	// Store is the layer store (config.Config.Store builds it: every
+	// command sees the same stores). AutoBuild builds a language's
+	// missing layers on first use; off, a missing layer is an error
+	// naming "sandcell rootfs build LANG".
+	Store     *rootfs.Store
+	AutoBuild bool
+	// CgroupParent is the cgroup holding every sandbox of a root server;
+	// MaxMemory and MaxPids its ceilings for all sandboxes together (0
+	// memory: half of the host's).
+	CgroupParent string
+	MaxMemory    int64
+	MaxPids      int64
+	// UIDBase is the first host uid of the sandboxes' 65536-id range.
+	UIDBase uint32
+	// Rootless, with RootlessUID the user's host uid: this process is root
+	// of sandcell's own user namespace (cmd/sandcell re-executed it), not
+	// host root. Runs then map one id, and limits hold as far as the
+	// user's delegated cgroup (or rlimits) allow: see Tier.
+	Rootless    bool
+	RootlessUID int
+	// Isolation is the backend a request gets when it names none: "runc"
+	// or "gvisor".
+	Isolation string
+	// Runsc is the runsc binary ("": PATH's); RunscPlatform its platform
+	// ("": systrap when offered, else ptrace); kvm only with
+	// RunscAllowKVM, as it hangs on hosts that cannot run it.
+	Runsc         string
+	RunscPlatform string
+	RunscAllowKVM bool
+	// Defaults are the limits of a run that asks for nothing; Ceilings
+	// bound what a run may ask for.
+	Defaults limits.Set
+	Ceilings limits.Set
+	// PoolSize is the most runc containers prepared ahead per pool key (0:
+	// no warm pool); PoolIdle how long a key goes unasked before its pool
+	// shrinks to zero; PoolBusy, if set, says that runs wait for
+	// admission, and the pool then prepares nothing ahead of them.
+	PoolSize int
+	PoolIdle time.Duration
+	PoolBusy func() bool
+	// Deps configures package installs (deps.go).
+	Deps DepsOptions
+	// Logger receives the executor's logs (nil: discarded).
+	Logger *slog.Logger
+}
+
+// DepsOptions configure dependency installs. The zero value allows
+// installs with the catalogue's indexes and allowlists.
+type DepsOptions struct {
+	// Off turns installs off: requests with dependencies are refused.
+	Off bool
+	// MaxBytes caps one dependency layer (0: 512 MiB); Timeout one
+	// install (0: 5 minutes).
+	MaxBytes int64
+	Timeout  time.Duration
+	// Index maps a language (name, alias or installer name) to its index
+	// or registry URL (default: the catalogue's).
+	Index map[string]string
+	// Allow maps a language to the host:port pairs its installs may reach
+	// through the egress proxy (default: the catalogue's); the index's
+	// own host:port is always allowed.
+	Allow map[string][]string
+	// Hosts are names the proxy resolves to the given addresses instead
+	// of asking DNS: the only way to allow a loopback or private address
+	// (a local mirror), since the proxy refuses names that DNS resolves
+	// to one (DNS rebinding).
+	Hosts map[string][]netip.Addr
+}
+
+// Isolations are the backends a request can choose.
+var Isolations = []string{"runc", "gvisor"}
+
+// Executor runs requests. It owns the sandbox runtimes of one sandcell
+// instance: its libcontainer state, its cgroup parent, the warm pool and
+// the gVisor backend. Its methods may be called concurrently.
+type Executor struct {
+	opts   Options
+	log    *slog.Logger
+	store  *rootfs.Store
+	parent *limits.Parent
+	filter *specs.LinuxSeccomp
+	rt     *oci.Libcontainer
+	pool   *oci.Pool // nil: no warm pool
+	tier   limits.Tier
+	// The gVisor backend is made on first use (probing runsc costs tens
+	// of milliseconds that runc runs should not pay).
+	gvOnce sync.Once
+	gv     *oci.Runsc // nil when runsc is not usable; gvErr says why
+	gvErr  error
+}
+
+// Open wires the runtimes and removes what dead instances left behind
+// (containers, mounts, cgroups; layer builds of killed processes).
+//
+// Preconditions: this process is root, or root of sandcell's rootless
+// user namespace (Options.Rootless).
+func Open(opts Options) (*Executor, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Store == nil {
+		return nil, errors.New("executor: no layer store")
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("sandcell must run as root or in its rootless user namespace")
+	}
+	if opts.Rootless {
+		if err := ownStateDir(opts.StateDir); err != nil {
+			return nil, err
+		}
+	}
+	filter, err := seccomp.Profile()
+	if err != nil {
+		return nil, err
+	}
+	e := &Executor{opts: opts, log: log, filter: filter, store: opts.Store}
+	mode := limits.DetectMode()
+	if mode == limits.Unavailable && !opts.Rootless {
+		return nil, fmt.Errorf("%w: no cgroup filesystem under /sys/fs/cgroup", limits.ErrNoCgroup)
+	}
+	if opts.Rootless {
+		e.parent, e.tier = openDelegated(opts.RootlessUID, mode, log)
+	} else {
+		maxMem := opts.MaxMemory
+		if maxMem == 0 {
+			maxMem = limits.HostMemory() / 2
+		}
+		e.parent, err = limits.EnsureParent(limits.ParentConfig{Path: opts.CgroupParent, MemoryBytes: maxMem, Pids: opts.MaxPids, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("cgroup parent %s: %w", opts.CgroupParent, err)
+		}
+		e.tier = limits.TierRoot
+	}
+	uidBase := opts.UIDBase
+	if opts.Rootless {
+		uidBase = 0 // the namespace has one id: the user's
+	}
+	e.rt, err = oci.NewLibcontainer(oci.LibcontainerConfig{
+		StateDir:   opts.StateDir,
+		UIDBase:    uidBase,
+		Seccomp:    filter,
+		Cgroups:    e.parent,
+		SingleID:   opts.Rootless,
+		CgroupMode: mode,
+		Logger:     log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if opts.Isolation == "gvisor" {
+		if _, err := e.gvisor(); err != nil {
+			e.rt.Close()
+			return nil, fmt.Errorf("--isolation gvisor: %w", err)
+		}
+	}
+	if removed, err := e.rt.Recover(); err != nil {
+		log.Warn("start-up cleanup incomplete", "err", err)
+	} else if len(removed) > 0 {
+		log.Info("start-up cleanup", "removed", len(removed))
+	}
+	if err := e.store.Clean(); err != nil {
+		log.Warn("layer store cleanup", "err", err)
+	}
+	e.openPool()
+	return e, nil
+}
+
+// Close destroys the warm pool's containers and every container still
+// running, and releases the instance.
+func (e *Executor) Close() error {
+	var err error
+	if e.pool != nil {
+		err = e.pool.Close()
+	}
+	return errors.Join(err, e.rt.Close())
+}
+
+// Store is the layer store.
+func (e *Executor) Store() *rootfs.Store { return e.store }
+
+// Tier is how much of the limits this host lets sandcell enforce.
+func (e *Executor) Tier() limits.Tier { return e.tier }
+
+// SandboxIDs are the host uid and gid that a sandbox's user maps to: the
+// owner of the files a run writes (a session's workspace).
+func (e *Executor) SandboxIDs() (uid, gid uint32) { return e.rt.SandboxIDs() }
+
+// Runtime is the libcontainer backend itself, without the warm pool (the
+// benchmark harness writes bundles with its Host).
+func (e *Executor) Runtime() *oci.Libcontainer { return e.rt }
+
+// Seccomp is the filter of every runc sandbox.
+func (e *Executor) Seccomp() *specs.LinuxSeccomp { return e.filter }
+
+// Parent is the cgroup parent of the sandboxes (nil: none, tier 3).
+func (e *Executor) Parent() *limits.Parent { return e.parent }
+
+// Pool is the warm pool (nil when off).
+func (e *Executor) Pool() *oci.Pool { return e.pool }
+
+// knownIsolations is the list for messages.
+func knownIsolations() string { return strings.Join(Isolations, ", ") }

@@ -1,0 +1,79 @@
+package executor
+
+import (
+	"fmt"
+
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rootfs"
+	"github.com/sandcell/sandcell/seccomp"
+)
+
+// poolInterpreters are the languages whose interpreter a warm pool may
+// start ahead of the program (oci.PoolConfig.Scripts). Only python: its
+// start-up reads nothing of /work but its script (checked by
+// oci.TestPoolIdentity). node reads /work/package.json before its main
+// script, which a pre-started node would have read before the request's
+// files were there.
+var poolInterpreters = []string{"python"}
+
+// openPool puts a warm pool in front of the libcontainer runtime
+// (Options.PoolSize 0: none).
+func (e *Executor) openPool() {
+	if e.opts.PoolSize <= 0 {
+		return
+	}
+	var scripts [][]string
+	for _, name := range poolInterpreters {
+		if l, err := rootfs.Lookup(name); err == nil && len(l.Compile) == 0 {
+			scripts = append(scripts, l.Run)
+		}
+	}
+	e.pool = oci.NewPool(e.rt, oci.PoolConfig{
+		Size:    e.opts.PoolSize,
+		Idle:    e.opts.PoolIdle,
+		Scripts: scripts,
+		Busy:    e.opts.PoolBusy,
+		Logger:  e.log,
+	})
+}
+
+// gvisor returns the gVisor backend, making it on first use.
+func (e *Executor) gvisor() (*oci.Runsc, error) {
+	e.gvOnce.Do(func() {
+		gf, err := seccomp.GVisorProfile()
+		if err != nil {
+			e.gvErr = err
+			return
+		}
+		e.gv, e.gvErr = oci.NewRunsc(e.rt, oci.RunscConfig{Path: e.opts.Runsc, Platform: e.opts.RunscPlatform, AllowKVM: e.opts.RunscAllowKVM, Seccomp: gf})
+	})
+	return e.gv, e.gvErr
+}
+
+// Gvisor is the gVisor backend, made on first use (the benchmark harness
+// and doctor ask for it).
+func (e *Executor) Gvisor() (*oci.Runsc, error) { return e.gvisor() }
+
+// runtime decides which backend runs a request: the isolation it names
+// ("" : the server's default), through the warm pool for runc unless
+// fresh is set (the benchmark's fresh runner).
+func (e *Executor) runtime(isolation string, fresh bool) (oci.Runtime, error) {
+	if isolation == "" {
+		isolation = e.opts.Isolation
+	}
+	switch isolation {
+	case "runc":
+		if e.pool != nil && !fresh {
+			return e.pool, nil
+		}
+		return e.rt, nil
+	case "gvisor":
+		gv, err := e.gvisor()
+		if err != nil {
+			return nil, fmt.Errorf("%w: isolation gvisor is not available on this server: %v", ErrIsolation, err)
+		}
+		return gv, nil
+	default:
+		return nil, fmt.Errorf("%w: unknown isolation %q (known: %s)", ErrIsolation, isolation, knownIsolations())
+	}
+}

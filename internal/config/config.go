@@ -1,0 +1,387 @@
+// Package config is sandcell's configuration in one place: every setting a
+// command takes, its default (for root and for a rootless user), its flag,
+// its check, and the one constructor of each thing built from it (the
+// layer store, the executor's options), so that every command sees the
+// same stores and limits.
+//
+// To add a setting: add the field to Config with its meaning and zero
+// value, its flag in AddFlags, its check in Validate, and pass it on in
+// Executor (or wherever it is used).
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/egress"
+	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rootfs"
+)
+
+// Config is the configuration of a sandcell process. The zero value of a
+// field means its default (Default).
+type Config struct {
+	// StateDir holds runtime state (containers, per-run mounts); cleaned
+	// at start-up of leftovers from a killed server.
+	StateDir string
+	// LayerDir is sandcell's home: the language layers and roots live in
+	// LayerDir/rootfs (rootfs.Store). Default $SANDCELL_HOME or
+	// /var/lib/sandcell.
+	LayerDir string
+	// AutoBuild builds a language's missing layers on its first use (from
+	// the Debian mirror). Off for offline or locked-down hosts: a missing
+	// layer is then an error naming "sandcell rootfs build LANG".
+	AutoBuild bool
+	// CgroupParent is the cgroup holding every sandbox.
+	CgroupParent string
+	// MaxMemory and MaxPids are the parent cgroup's ceilings for all
+	// sandboxes together (0: half of the host's memory; 16384 pids).
+	MaxMemory int64
+	MaxPids   int64
+	// UIDBase is the first host uid of the sandboxes' id range.
+	UIDBase uint
+	// Isolation is the backend a run gets when it does not choose one:
+	// "runc" (libcontainer in-process) or "gvisor" (runsc).
+	Isolation string
+	// Runsc is the runsc binary (default: RunscPath); RunscPlatform its
+	// platform (default: systrap when offered, else ptrace; kvm only with
+	// RunscAllowKVM, as it hangs on hosts that cannot run it).
+	Runsc         string
+	RunscPlatform string
+	RunscAllowKVM bool
+	// Defaults are the limits a run gets when it asks for nothing;
+	// Ceilings bound what a run may ask for.
+	Defaults limits.Set
+	Ceilings limits.Set
+	// SharedLayerDirs are other sandcell homes whose built layers are used
+	// read-only (a rootless server uses the root-built /var/lib/sandcell).
+	SharedLayerDirs []string
+	sharedSet       bool // --shared-home replaces the default list
+	// SessionsDir holds the sessions' persistent workspaces (default
+	// LayerDir/sessions: on disk, so that they survive restarts).
+	SessionsDir string
+	// SessionTTL is how long an idle session lives (default 24h);
+	// SessionQuota the most its /work may hold (default 256 MiB).
+	SessionTTL   time.Duration
+	SessionQuota int64
+	// MaxRuns is the number of runs at once of a server (default: the
+	// number of CPUs); MaxQueue how many more may wait for a slot (default
+	// 4 x MaxRuns). Past both, a call is refused as busy at once.
+	MaxRuns  int
+	MaxQueue int
+	// Package installs (install_dependencies, execute_code's
+	// dependencies): see executor.DepsOptions. NoInstall turns them off.
+	NoInstall    bool
+	DepsMaxBytes int64
+	DepsTimeout  time.Duration
+	DepsIndex    map[string]string
+	EgressAllow  map[string][]string
+	EgressHosts  map[string][]netip.Addr
+	// PoolSize is the most containers prepared ahead per pool key (same
+	// root, limits, environment...); 0 (the default) turns warm pools
+	// off: idle prepared containers are live processes, cgroups and mounts
+	// that an operator asks for (e.g. --pool-size 4 for an agent or an
+	// evaluation harness). PoolIdle is how long a key goes unasked before
+	// its pool shrinks to zero.
+	PoolSize int
+	PoolIdle time.Duration
+}
+
+// Default is the configuration of this process: a root server's, or, in
+// sandcell's rootless user namespace, the user's (Rootless).
+func Default() Config {
+	c := Config{
+		StateDir:     "/run/sandcell",
+		LayerDir:     rootfs.DefaultDir(),
+		AutoBuild:    true,
+		CgroupParent: "/sandcell",
+		MaxPids:      16384,
+		UIDBase:      100000,
+		Isolation:    "runc",
+		Defaults:     limits.Defaults(),
+		Ceilings:     limits.Ceilings(),
+		SessionTTL:   24 * time.Hour,
+		SessionQuota: 256 << 20,
+		MaxRuns:      runtime.NumCPU(),
+		MaxQueue:     4 * runtime.NumCPU(),
+		PoolSize:     0,
+		PoolIdle:     oci.DefaultPoolIdle,
+	}
+	if uid, _, ok := Rootless(); ok {
+		rootlessDefaults(&c, uid)
+	}
+	return c
+}
+
+// AddFlags registers the global flags on fs, with c's values as defaults.
+func (c *Config) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "runtime state directory")
+	fs.StringVar(&c.LayerDir, "home", c.LayerDir, "sandcell home: language layers in <home>/rootfs (default $SANDCELL_HOME or /var/lib/sandcell)")
+	fs.StringVar(&c.LayerDir, "layer-dir", c.LayerDir, "same as --home (deprecated)")
+	fs.BoolFunc("no-build", "never build a missing language layer on first use (offline hosts)", func(string) error {
+		c.AutoBuild = false
+		return nil
+	})
+	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "cgroup that holds every sandbox")
+	fs.UintVar(&c.UIDBase, "uid-base", c.UIDBase, "first host uid/gid of the sandboxes' 65536-id range")
+	SizeFlag(fs, &c.MaxMemory, "max-memory", "memory ceiling for all sandboxes together (default: half the host's memory)")
+	fs.Int64Var(&c.MaxPids, "max-pids", c.MaxPids, "pids ceiling for all sandboxes together")
+	fs.StringVar(&c.Isolation, "isolation", c.Isolation, "default isolation of a run: runc or gvisor")
+	fs.StringVar(&c.Runsc, "runsc", c.Runsc, "runsc binary for --isolation gvisor (default: <home>/runsc/runsc from `make runsc` if present, else from PATH)")
+	fs.StringVar(&c.RunscPlatform, "runsc-platform", c.RunscPlatform, "gVisor platform (default: systrap if offered, else ptrace)")
+	fs.BoolVar(&c.RunscAllowKVM, "runsc-allow-kvm", c.RunscAllowKVM, "allow --runsc-platform kvm (it hangs on hosts that cannot run it)")
+	fs.Func("shared-home", "another sandcell home whose built layers are used read-only (repeatable; a rootless server uses /var/lib/sandcell)", func(v string) error {
+		if !filepath.IsAbs(v) {
+			return fmt.Errorf("%q is not an absolute path", v)
+		}
+		if !c.sharedSet {
+			c.SharedLayerDirs, c.sharedSet = nil, true
+		}
+		c.SharedLayerDirs = append(c.SharedLayerDirs, v)
+		return nil
+	})
+	fs.StringVar(&c.SessionsDir, "sessions-dir", c.SessionsDir, "sessions' persistent workspaces (default <home>/sessions)")
+	fs.DurationVar(&c.SessionTTL, "session-ttl", c.SessionTTL, "idle time after which a session and its files are removed")
+	SizeFlag(fs, &c.SessionQuota, "session-quota", "the most a session's /work may hold (e.g. 256MiB)")
+	fs.IntVar(&c.MaxRuns, "max-runs", c.MaxRuns, "runs at once (default: the number of CPUs)")
+	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "runs waiting for a slot before calls are refused as busy (default 4 x the number of CPUs)")
+	c.addDepsFlags(fs)
+	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "warm pool: most containers prepared ahead per language and limits (0: off, the default; 4 suits an agent or an evaluation harness)")
+	fs.DurationVar(&c.PoolIdle, "pool-idle", c.PoolIdle, "warm pool: a language and limits not asked for this long get no containers prepared ahead")
+}
+
+// addDepsFlags adds the install settings' flags.
+func (c *Config) addDepsFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&c.NoInstall, "no-install", c.NoInstall, "turn package installs off (no install_dependencies, no execute_code dependencies)")
+	SizeFlag(fs, &c.DepsMaxBytes, "deps-max-size", "the most one dependency layer may hold (default 512MiB)")
+	fs.DurationVar(&c.DepsTimeout, "deps-timeout", c.DepsTimeout, "wall-clock limit of one install (default 5m)")
+	fs.Func("deps-index", "LANG=URL: the package index or registry of a language's installs (repeatable; default: the catalogue's, e.g. https://pypi.org/simple)", func(v string) error {
+		lang, u, ok := strings.Cut(v, "=")
+		if !ok {
+			return fmt.Errorf("%q is not LANG=URL", v)
+		}
+		if _, err := rootfs.ParseIndex(u); err != nil {
+			return err
+		}
+		if c.DepsIndex == nil {
+			c.DepsIndex = map[string]string{}
+		}
+		c.DepsIndex[lang] = u
+		return nil
+	})
+	fs.Func("egress-allow", "LANG=HOST:PORT: a host an install of LANG may reach through the egress proxy (repeatable; replaces the catalogue's list for LANG; the index's own host is always allowed)", func(v string) error {
+		lang, hp, ok := strings.Cut(v, "=")
+		if !ok {
+			return fmt.Errorf("%q is not LANG=HOST:PORT", v)
+		}
+		if _, err := egress.New(egress.Config{Allow: []string{hp}}); err != nil {
+			return err
+		}
+		if c.EgressAllow == nil {
+			c.EgressAllow = map[string][]string{}
+		}
+		c.EgressAllow[lang] = append(c.EgressAllow[lang], hp)
+		return nil
+	})
+	fs.Func("egress-host", "NAME=IP: resolve NAME to IP for the egress proxy instead of DNS (repeatable; the only way to allow a loopback or private address, e.g. a local mirror)", func(v string) error {
+		name, ip, ok := strings.Cut(v, "=")
+		a, err := netip.ParseAddr(ip)
+		if !ok || err != nil {
+			return fmt.Errorf("%q is not NAME=IP", v)
+		}
+		if c.EgressHosts == nil {
+			c.EgressHosts = map[string][]netip.Addr{}
+		}
+		c.EgressHosts[strings.ToLower(name)] = append(c.EgressHosts[strings.ToLower(name)], a)
+		return nil
+	})
+}
+
+// SizeFlag registers a flag that takes a size with a unit (128MiB, 1GiB).
+func SizeFlag(fs *flag.FlagSet, dst *int64, name, help string) {
+	fs.Func(name, help, func(v string) error {
+		n, err := limits.ParseSize(v)
+		*dst = n
+		return err
+	})
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if !filepath.IsAbs(c.StateDir) || !filepath.IsAbs(c.LayerDir) {
+		return errors.New("--state-dir and --layer-dir must be absolute paths")
+	}
+	if _, _, rootless := Rootless(); rootless {
+		c.UIDBase = 0 // the namespace has one id: the user's
+	} else if c.UIDBase == 0 || c.UIDBase > 1<<32-1-65536 {
+		return fmt.Errorf("--uid-base %d: must be between 1 and %d", c.UIDBase, uint64(1<<32-1-65536))
+	}
+	if c.SessionsDir != "" && !filepath.IsAbs(c.SessionsDir) {
+		return errors.New("--sessions-dir must be an absolute path")
+	}
+	if c.SessionTTL <= 0 || c.SessionQuota <= 0 {
+		return errors.New("--session-ttl and --session-quota must be positive")
+	}
+	if c.MaxRuns < 1 || c.MaxQueue < 0 {
+		return fmt.Errorf("--max-runs %d must be at least 1 and --max-queue %d not negative", c.MaxRuns, c.MaxQueue)
+	}
+	if c.PoolSize < 0 || c.PoolIdle <= 0 {
+		return fmt.Errorf("--pool-size %d must not be negative and --pool-idle %s must be positive", c.PoolSize, c.PoolIdle)
+	}
+	if !slices.Contains(executor.Isolations, c.Isolation) {
+		return fmt.Errorf("--isolation %q: must be one of %s", c.Isolation, strings.Join(executor.Isolations, ", "))
+	}
+	if err := c.Defaults.Validate(); err != nil {
+		return fmt.Errorf("default limits: %w", err)
+	}
+	if err := c.Ceilings.Validate(); err != nil {
+		return fmt.Errorf("limit ceilings: %w", err)
+	}
+	return c.validateDeps()
+}
+
+// validateDeps checks the install settings.
+func (c *Config) validateDeps() error {
+	if c.DepsMaxBytes < 0 || c.DepsTimeout < 0 {
+		return errors.New("--deps-max-size and --deps-timeout must not be negative")
+	}
+	for lang := range c.DepsIndex {
+		if _, err := rootfs.InstallerFor(lang); err != nil {
+			return fmt.Errorf("--deps-index: %w", err)
+		}
+	}
+	for lang := range c.EgressAllow {
+		if _, err := rootfs.InstallerFor(lang); err != nil {
+			return fmt.Errorf("--egress-allow: %w", err)
+		}
+	}
+	if _, err := egress.New(egress.Config{Hosts: c.EgressHosts}); err != nil {
+		return fmt.Errorf("--egress-host: %w", err)
+	}
+	return nil
+}
+
+// SessionsPath is where the sessions live.
+func (c *Config) SessionsPath() string {
+	if c.SessionsDir != "" {
+		return c.SessionsDir
+	}
+	return filepath.Join(c.LayerDir, "sessions")
+}
+
+// Store is the layer store: this home, with the shared homes' layers used
+// read-only. Every command builds its store here, so that `languages`,
+// `rootfs build` and `serve` give a rootless user the same answers.
+func (c *Config) Store(log *slog.Logger) *rootfs.Store {
+	return &rootfs.Store{Dir: c.LayerDir, Shared: slices.Clone(c.SharedLayerDirs), Logger: log}
+}
+
+// Executor is the executor's options from the configuration. poolBusy,
+// if set, says that runs wait for admission (service.Gate.Queued).
+func (c *Config) Executor(log *slog.Logger, poolBusy func() bool) executor.Options {
+	uid, _, rootless := Rootless()
+	return executor.Options{
+		StateDir:      c.StateDir,
+		Store:         c.Store(log),
+		AutoBuild:     c.AutoBuild,
+		CgroupParent:  c.CgroupParent,
+		MaxMemory:     c.MaxMemory,
+		MaxPids:       c.MaxPids,
+		UIDBase:       uint32(c.UIDBase),
+		Rootless:      rootless,
+		RootlessUID:   uid,
+		Isolation:     c.Isolation,
+		Runsc:         c.RunscPath(),
+		RunscPlatform: c.RunscPlatform,
+		RunscAllowKVM: c.RunscAllowKVM,
+		Defaults:      c.Defaults,
+		Ceilings:      c.Ceilings,
+		PoolSize:      c.PoolSize,
+		PoolIdle:      c.PoolIdle,
+		PoolBusy:      poolBusy,
+		Deps: executor.DepsOptions{Off: c.NoInstall, MaxBytes: c.DepsMaxBytes, Timeout: c.DepsTimeout,
+			Index: c.DepsIndex, Allow: c.EgressAllow, Hosts: c.EgressHosts},
+		Logger: log,
+	}
+}
+
+// OpenExecutor validates the configuration and opens the executor.
+func (c *Config) OpenExecutor(log *slog.Logger, poolBusy func() bool) (*executor.Executor, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return executor.Open(c.Executor(log, poolBusy))
+}
+
+// RunscPath is the runsc to use: --runsc, else the current static runsc
+// that `make runsc` builds into a sandcell home (this one or a shared
+// one), else "" (runsc from PATH). The current one is preferred: it passes
+// sandcell's gVisor suite (testdata/runsc/README.md) and offers systrap.
+func (c *Config) RunscPath() string {
+	if c.Runsc != "" {
+		return c.Runsc
+	}
+	for _, home := range append([]string{c.LayerDir}, c.SharedLayerDirs...) {
+		p := filepath.Join(home, "runsc", "runsc")
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// RootlessEnv marks the rootless re-executed process (cmd/sandcell's
+// enterUserNS); its value is the user's uid and gid ("1000:1000") as seen
+// from the host.
+const RootlessEnv = "_SANDCELL_ROOTLESS"
+
+// Rootless returns the host uid and gid of a re-executed rootless process,
+// and whether this process is one.
+func Rootless() (uid, gid int, ok bool) {
+	v := os.Getenv(RootlessEnv)
+	u, g, found := strings.Cut(v, ":")
+	if !found || os.Getuid() != 0 {
+		return 0, 0, false
+	}
+	uid, err1 := strconv.Atoi(u)
+	gid, err2 := strconv.Atoi(g)
+	return uid, gid, err1 == nil && err2 == nil
+}
+
+// rootlessDefaults are the defaults of a rootless server: its state in
+// the user's runtime directory, its layers and sessions in the user's
+// cache and data directories, the root-built store as a shared source of
+// layers, and the delegated cgroup that `sandcell setup --user` made, if
+// there is one.
+func rootlessDefaults(c *Config, uid int) {
+	home := os.Getenv("HOME")
+	c.StateDir = filepath.Join(os.TempDir(), "sandcell-"+strconv.Itoa(uid))
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		c.StateDir = filepath.Join(d, "sandcell")
+	}
+	if os.Getenv("SANDCELL_HOME") == "" {
+		c.LayerDir = filepath.Join(envOr("XDG_CACHE_HOME", filepath.Join(home, ".cache")), "sandcell")
+	}
+	c.SessionsDir = filepath.Join(envOr("XDG_DATA_HOME", filepath.Join(home, ".local", "share")), "sandcell", "sessions")
+	c.SharedLayerDirs = []string{"/var/lib/sandcell"}
+	c.UIDBase = 0
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,77 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestRunscPath: --runsc wins; else the runsc `make runsc` put into a home
+// (this one, then the shared ones); else PATH's ("").
+func TestRunscPath(t *testing.T) {
+	home, shared := t.TempDir(), t.TempDir()
+	c := Config{LayerDir: home, SharedLayerDirs: []string{shared}}
+	if p := c.RunscPath(); p != "" {
+		t.Errorf("no built runsc: got %q, want PATH's", p)
+	}
+	built := filepath.Join(shared, "runsc", "runsc")
+	os.MkdirAll(filepath.Dir(built), 0o755)
+	os.WriteFile(built, []byte("#!/bin/sh\n"), 0o644)
+	if p := c.RunscPath(); p != "" {
+		t.Errorf("a runsc that is not executable was chosen: %q", p)
+	}
+	os.Chmod(built, 0o755)
+	if p := c.RunscPath(); p != built {
+		t.Errorf("got %q, want the shared home's %q", p, built)
+	}
+	own := filepath.Join(home, "runsc", "runsc")
+	os.MkdirAll(filepath.Dir(own), 0o755)
+	os.WriteFile(own, []byte("#!/bin/sh\n"), 0o755)
+	if p := c.RunscPath(); p != own {
+		t.Errorf("got %q, want this home's %q first", p, own)
+	}
+	c.Runsc = "/opt/runsc"
+	if p := c.RunscPath(); p != "/opt/runsc" {
+		t.Errorf("--runsc: got %q", p)
+	}
+}
+
+// TestDepsFlags parses the install settings and checks the allowlist an
+// install gets: the operator's (or the catalogue's) plus the index.
+func TestDepsFlags(t *testing.T) {
+	parse := func(args ...string) (Config, error) {
+		c := Default()
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c.AddFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			return c, err
+		}
+		return c, c.validateDeps()
+	}
+	c, err := parse("--deps-index", "py=http://Mirror.test:8080/simple", "--egress-host", "mirror.test=10.0.0.5", "--egress-allow", "javascript=registry.test:443", "--deps-max-size", "100MiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DepsMaxBytes != 100<<20 || c.EgressHosts["mirror.test"][0].String() != "10.0.0.5" {
+		t.Errorf("parsed %+v", c)
+	}
+	o := c.Executor(nil, nil).Deps
+	if o.Index["py"] != "http://Mirror.test:8080/simple" || o.MaxBytes != 100<<20 || len(o.Allow["javascript"]) != 1 || len(o.Hosts["mirror.test"]) != 1 {
+		t.Errorf("executor deps options %+v, want the flags' values", o)
+	}
+	for _, bad := range [][]string{
+		{"--deps-index", "python=ftp://x/"},
+		{"--deps-index", "sh=https://x/"},
+		{"--egress-allow", "python=127.0.0.1:80"},
+		{"--egress-allow", "python=pypi.org"},
+		{"--egress-host", "mirror.test"},
+		{"--egress-host", "bad name=127.0.0.1"},
+	} {
+		if _, err := parse(bad...); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

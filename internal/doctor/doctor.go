@@ -1,0 +1,149 @@
+// Package doctor checks what a host offers sandcell (cgroups, user
+// namespaces, seccomp, overlayfs, runsc, mmdebstrap, the layers) and, for
+// each missing piece, names the command that fixes it.
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/sandcell/sandcell/internal/config"
+	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rootfs"
+)
+
+// Check is one line of the doctor's report.
+type Check struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Required bool   `json:"required"`
+	Detail   string `json:"detail"`
+	Fix      string `json:"fix,omitempty"` // the command that fixes it
+}
+
+// Checks examines the host for the configuration cfg.
+func Checks(ctx context.Context, cfg *config.Config) []Check {
+	var cs []Check
+	mode := limits.DetectMode()
+	uid, _, rootless := config.Rootless()
+	tc := Check{Name: "tier", Required: true, OK: true, Detail: TierText(limits.TierRoot)}
+	if rootless {
+		d := limits.DetectDelegation(limits.DelegatedConfig{UID: uid, User: limits.UserName(uid), Mode: mode})
+		tc.Detail = TierText(d.Tier) + "; " + d.String()
+		if d.Tier != limits.TierDelegated {
+			// A warning: runs work, with fewer limits.
+			tc.OK, tc.Required, tc.Fix = false, false, d.Fix
+		}
+	}
+	cs = append(cs, tc)
+
+	cg := Check{Name: "cgroups", Required: !rootless, OK: mode != limits.Unavailable, Detail: "mode " + mode.String()}
+	switch mode {
+	case limits.Unified:
+		cg.Detail += " (cgroup v2)"
+	case limits.Legacy, limits.Hybrid:
+		cg.Detail += " (cgroup v1)"
+	}
+	if missing := missingControllers(mode); len(missing) > 0 {
+		cg.OK = false
+		cg.Detail += "; missing controllers: " + strings.Join(missing, ", ")
+		cg.Fix = "enable the memory, pids and cpu controllers (kernel cmdline cgroup_enable=memory, or systemd Delegate=yes)"
+	} else if cg.OK {
+		cg.Detail += "; memory, pids, cpu present"
+	}
+	cs = append(cs, cg)
+
+	userns := readTrim("/proc/sys/user/max_user_namespaces")
+	cs = append(cs, Check{Name: "user namespaces", Required: true, OK: userns != "" && userns != "0",
+		Detail: "max_user_namespaces=" + userns, Fix: "sysctl -w user.max_user_namespaces=15000"})
+
+	ok, ver := oci.SeccompSupport()
+	sc := Check{Name: "seccomp", Required: true, OK: ok && kernelHasSeccomp(), Detail: "libseccomp " + ver}
+	if !ok {
+		sc.Detail = "this binary was built without seccomp support"
+		sc.Fix = "apt-get install libseccomp-dev && make build   (cgo with -tags seccomp)"
+	}
+	cs = append(cs, sc)
+
+	fsys, _ := os.ReadFile("/proc/filesystems")
+	cs = append(cs, Check{Name: "overlayfs", Required: false, OK: strings.Contains(string(fsys), "\toverlay\n"),
+		Detail: "for shared read-only layers", Fix: "modprobe overlay"})
+
+	runsc := Check{Name: "runsc", Required: cfg.Isolation == "gvisor", Detail: "gVisor isolation (--isolation gvisor)", Fix: "apt-get install runsc"}
+	if info, err := oci.ProbeRunsc(cfg.RunscPath()); err == nil {
+		platform, perr := info.ChoosePlatform(oci.RunscConfig{Platform: cfg.RunscPlatform, AllowKVM: cfg.RunscAllowKVM})
+		runsc.OK = perr == nil
+		runsc.Detail = fmt.Sprintf("%s, %s, platforms %s, using %s", info.Path, info.Version, strings.Join(info.Platforms, "/"), platform)
+		if _, _, rootless := config.Rootless(); rootless {
+			runsc.Detail += "; rootless: runsc --rootless in sandcell's user namespace, CPU time by sandcell's watchdog"
+		}
+		if perr != nil {
+			runsc.Detail, runsc.Fix = perr.Error(), "choose --runsc-platform from: "+strings.Join(info.Platforms, ", ")
+		}
+	}
+	cs = append(cs, runsc)
+
+	mm := Check{Name: "mmdebstrap", Required: false, Detail: "builds language layers from Debian packages", Fix: "apt-get install mmdebstrap"}
+	if p, err := exec.LookPath("mmdebstrap"); err == nil {
+		mm.OK, mm.Detail = true, p
+	}
+	cs = append(cs, mm)
+
+	store := cfg.Store(nil)
+	for _, l := range rootfs.Languages() {
+		c := Check{Name: "layer " + l.Name, Required: false, OK: true, Detail: "built in " + cfg.LayerDir}
+		if built, err := store.Built(l); err != nil || !built {
+			c.OK, c.Detail, c.Fix = false, "not built", "sandcell rootfs build "+l.Name
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// missingControllers lists the controllers sandcell needs that the host
+// lacks.
+func missingControllers(mode limits.Mode) []string {
+	var missing []string
+	switch mode {
+	case limits.Unified:
+		have := " " + readTrim("/sys/fs/cgroup/cgroup.controllers") + " "
+		for _, c := range []string{"memory", "pids", "cpu"} {
+			if !strings.Contains(have, " "+c+" ") {
+				missing = append(missing, c)
+			}
+		}
+	case limits.Legacy, limits.Hybrid:
+		for _, c := range []string{"memory", "pids", "cpu", "cpuacct"} {
+			if _, err := os.Stat("/sys/fs/cgroup/" + c); err != nil {
+				missing = append(missing, c)
+			}
+		}
+	}
+	return missing
+}
+
+func kernelHasSeccomp() bool {
+	b, _ := os.ReadFile("/proc/self/status")
+	return strings.Contains(string(b), "\nSeccomp:")
+}
+
+func readTrim(path string) string {
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b))
+}
+
+// TierText says what a tier means for the user.
+func TierText(t limits.Tier) string {
+	switch t {
+	case limits.TierRoot:
+		return "tier 1 (root): every limit"
+	case limits.TierDelegated:
+		return "tier 2 (rootless, delegated cgroup): every limit"
+	default:
+		return "tier 3 (rootless, no cgroups): memory as address space, processes as RLIMIT_NPROC, no CPU share"
+	}
+}

@@ -1,0 +1,308 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/workspace"
+	"github.com/sandcell/sandcell/mcp"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rootfs"
+)
+
+// Sentinel errors of the service's refusals, in class api.ErrInvalid.
+var (
+	// ErrNoSession: the session does not exist (closed, or expired), or
+	// the id is not one.
+	ErrNoSession = api.Invalid("unknown session")
+	// ErrNeedSession: the request runs a file of a session and names
+	// none.
+	ErrNeedSession = api.Invalid("session_id required")
+)
+
+// Service is mcp.Sandbox and mcp.Installer over an executor and the
+// sessions' workspaces. Its methods may be called concurrently.
+type Service struct {
+	exec *executor.Executor
+	ws   *workspace.Store
+	gate *Gate
+	log  *slog.Logger
+}
+
+// New makes the service. gate admits its runs and installs (nil: no
+// bound); log may be nil.
+func New(exec *executor.Executor, ws *workspace.Store, gate *Gate, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{exec: exec, ws: ws, gate: gate, log: log}
+}
+
+// admit is the gate's Enter, or nil without a gate.
+func (s *Service) admit() func(context.Context) (func(), error) {
+	if s.gate == nil {
+		return nil
+	}
+	return s.gate.Enter
+}
+
+// Execute runs one request. A session's run holds the session's lock (one
+// run or file change at a time per session, so that a run's /work is
+// saved whole); the gate admits it before its first sandbox.
+func (s *Service) Execute(ctx context.Context, req api.Request) (api.Result, error) {
+	er := executor.Request{Request: req, Admit: s.admit()}
+	var work *sessionWork
+	if req.SessionID != "" {
+		sess, err := s.session(req.SessionID)
+		if err != nil {
+			return api.Result{}, err
+		}
+		unlock, err := sess.Lock(ctx)
+		if err != nil {
+			return api.Result{}, err
+		}
+		defer unlock()
+		m := sess.Meta()
+		if er.Language == "" && er.Script == "" {
+			er.Language = m.Language
+		}
+		work = &sessionWork{sess: sess, log: s.log}
+		er.Workspace, er.WorkBytes, er.Installed = work, m.Quota, m.Deps
+	} else if req.Script != "" {
+		return api.Result{}, fmt.Errorf("%w: run_script runs a file of a session", ErrNeedSession)
+	}
+	res, err := s.exec.Execute(ctx, er)
+	if err != nil {
+		return api.Result{}, err
+	}
+	for _, n := range res.Notes {
+		s.log.Info("limit clamped", "note", n)
+	}
+	if work != nil {
+		res.Files = work.changes()
+	}
+	return res, nil
+}
+
+// session opens a session, with an error a model can act on.
+func (s *Service) session(id string) (*workspace.Session, error) {
+	sess, err := s.ws.Get(id)
+	switch {
+	case errors.Is(err, workspace.ErrNotFound):
+		return nil, fmt.Errorf("%w %q: it does not exist: it was closed, or expired after being idle; create_session makes a new one", ErrNoSession, id)
+	case errors.Is(err, workspace.ErrInvalid):
+		return nil, fmt.Errorf("%w %q: it is not a session id (create_session returns one)", ErrNoSession, id)
+	}
+	return sess, err
+}
+
+// sessionWork is a session's workspace as a run's oci.Workspace. A
+// compiled program saves twice (compile phase, run phase): the changes add
+// up, a file created by the first and modified by the second is created.
+type sessionWork struct {
+	sess *workspace.Session
+	log  *slog.Logger
+	mu   sync.Mutex
+	all  []api.FileChange
+	at   map[string]int // path -> index in all
+}
+
+func (w *sessionWork) Fill(dir string) error { return w.sess.Fill(dir) }
+
+func (w *sessionWork) Save(dir string) error {
+	changes, skipped, err := w.sess.Save(dir)
+	if len(skipped) > 0 {
+		// FIFOs, sockets and device nodes are not kept between runs.
+		w.log.Info("entries of /work not saved to the session", "session", w.sess.Meta().ID, "skipped", skipped)
+	}
+	if errors.Is(err, workspace.ErrQuota) || errors.Is(err, workspace.ErrInvalid) {
+		return fmt.Errorf("%w: %w", oci.ErrWorkRefused, err)
+	}
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.add(changes)
+	return nil
+}
+
+// add folds a save's changes into those of the earlier saves, in time
+// linear in the changes (a map from path to its entry: 12,000 changed
+// files must not cost a lookup each in a growing list).
+func (w *sessionWork) add(changes []api.FileChange) {
+	if w.at == nil {
+		w.at = make(map[string]int, len(changes))
+	}
+	deleted := false
+	for _, c := range changes {
+		i, seen := w.at[c.Path]
+		switch {
+		case !seen:
+			w.at[c.Path] = len(w.all)
+			w.all = append(w.all, c)
+		case w.all[i].Kind == api.Created && c.Kind == api.Deleted:
+			w.all[i].Kind, deleted = "", true // created and gone: no change
+			delete(w.at, c.Path)
+		case w.all[i].Kind == api.Created:
+			w.all[i].Size, w.all[i].Type = c.Size, c.Type
+		default:
+			w.all[i] = c
+		}
+	}
+	if deleted {
+		w.all = slices.DeleteFunc(w.all, func(c api.FileChange) bool { return c.Kind == "" })
+		clear(w.at)
+		for i, c := range w.all {
+			w.at[c.Path] = i
+		}
+	}
+}
+
+func (w *sessionWork) changes() []api.FileChange {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.all)
+}
+
+// Languages lists the catalogue with what the layer store has built.
+func (s *Service) Languages(context.Context) ([]mcp.LanguageInfo, error) {
+	var out []mcp.LanguageInfo
+	for _, l := range rootfs.Languages() {
+		st, err := s.exec.Store().Status(l)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, mcp.LanguageInfo{Name: l.Name, Aliases: slices.Clone(l.Aliases), Version: st.Version,
+			Compiled: l.Compiled(), Source: l.Source, Ready: st.Built})
+	}
+	return out, nil
+}
+
+func (s *Service) CreateSession(_ context.Context, language string, ttl time.Duration) (mcp.SessionInfo, error) {
+	if language != "" {
+		l, err := rootfs.Lookup(language)
+		if err != nil {
+			return mcp.SessionInfo{}, err
+		}
+		language = l.Name
+	}
+	m, err := s.ws.Create(language, ttl)
+	if err != nil {
+		return mcp.SessionInfo{}, err
+	}
+	s.log.Info("session created", "session", m.ID, "language", m.Language, "ttl", m.TTL)
+	return mcp.SessionInfo{SessionID: m.ID, Language: m.Language, Expires: m.LastUsed.Add(m.TTL),
+		TTLSecs: int64(m.TTL / time.Second), QuotaB: m.Quota}, nil
+}
+
+// locked runs f on the session with its lock held: file changes wait for
+// a run in progress to be saved instead of being overwritten by it.
+func (s *Service) locked(ctx context.Context, id string, f func(*workspace.Session) error) error {
+	sess, err := s.session(id)
+	if err != nil {
+		return err
+	}
+	unlock, err := sess.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return f(sess)
+}
+
+func (s *Service) CloseSession(ctx context.Context, id string) error {
+	return s.locked(ctx, id, func(*workspace.Session) error {
+		s.log.Info("session closed", "session", id)
+		return s.ws.Remove(id)
+	})
+}
+
+func (s *Service) ResetSession(ctx context.Context, id string) error {
+	return s.locked(ctx, id, func(sess *workspace.Session) error { return sess.Reset() })
+}
+
+func (s *Service) ListFiles(_ context.Context, id, path string, recursive bool) ([]api.FileEntry, error) {
+	sess, err := s.session(id)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := sess.List(path, recursive)
+	return entries, fileError(path, err)
+}
+
+func (s *Service) ReadFile(_ context.Context, id, path string, offset, length int64) ([]byte, int64, error) {
+	sess, err := s.session(id)
+	if err != nil {
+		return nil, 0, err
+	}
+	data, size, err := sess.Read(path, offset, length)
+	return data, size, fileError(path, err)
+}
+
+func (s *Service) WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) (api.FileEntry, bool, error) {
+	var (
+		e       api.FileEntry
+		created bool
+	)
+	err := s.locked(ctx, id, func(sess *workspace.Session) error {
+		_, statErr := sess.Stat(path)
+		created = errors.Is(statErr, workspace.ErrNotFound)
+		var err error
+		e, err = sess.Write(path, data, fs.FileMode(mode))
+		return fileError(path, err)
+	})
+	return e, created, err
+}
+
+func (s *Service) DeleteFile(ctx context.Context, id, path string) error {
+	return s.locked(ctx, id, func(sess *workspace.Session) error { return fileError(path, sess.Delete(path)) })
+}
+
+func (s *Service) Describe(_ context.Context, id, path string) (string, error) {
+	sess, err := s.session(id)
+	if err != nil {
+		return "", err
+	}
+	d, err := sess.Describe(path)
+	return d, fileError(path, err)
+}
+
+// fileError words a workspace error for the model.
+func fileError(path string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, workspace.ErrNotFound):
+		return fmt.Errorf("%q: no such file in /work", path)
+	}
+	return err
+}
+
+// ExpireSessions removes idle sessions every minute until ctx ends.
+func (s *Service) ExpireSessions(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			ids, err := s.ws.Expire()
+			if err != nil {
+				s.log.Warn("expiring idle sessions", "err", err)
+			}
+			if len(ids) > 0 {
+				s.log.Info("idle sessions expired", "sessions", ids)
+			}
+		}
+	}
+}
