@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
 	"github.com/sandcell/sandcell/rootfs"
 )
@@ -15,30 +16,24 @@ import (
 // restart.
 func (s *Service) InstallDependencies(ctx context.Context, req mcp.InstallRequest) (mcp.InstallResult, error) {
 	in := executor.InstallRequest{Language: req.Language, Packages: req.Packages, Admit: s.admit()}
-	var record func(lang string, reqs []string) error
-	if req.SessionID != "" {
-		sess, err := s.session(req.SessionID)
-		if err != nil {
-			return mcp.InstallResult{}, err
-		}
-		unlock, err := sess.Lock(ctx)
-		if err != nil {
-			return mcp.InstallResult{}, err
-		}
-		defer unlock()
-		in.Installed = sess.Meta().Deps
-		record = sess.SetDeps
+	var d *executor.Deps
+	var err error
+	if req.SessionID == "" {
+		d, err = s.exec.Install(ctx, in)
+	} else {
+		err = s.locked(ctx, req.SessionID, func(sess *workspace.Session) error {
+			in.Installed = sess.Meta().Deps
+			var err error
+			if d, err = s.exec.Install(ctx, in); err != nil {
+				return err
+			}
+			return sess.SetDeps(d.Language, d.Manifest.Requirements)
+		})
 	}
-	d, err := s.exec.Install(ctx, in)
 	if err != nil {
 		return mcp.InstallResult{}, err
 	}
 	m := d.Manifest
-	if record != nil {
-		if err := record(d.Language, m.Requirements); err != nil {
-			return mcp.InstallResult{}, err
-		}
-	}
 	return mcp.InstallResult{Language: d.Language, Requirements: m.Requirements, Layer: m.Key, Cached: d.Cached, Bytes: m.Bytes,
 		Files: m.Files, InstallMS: m.InstallMS, MountPath: rootfs.DepsDir, Env: d.Env, SessionID: req.SessionID,
 		Output: executor.Tail(d.Output, 4000)}, nil

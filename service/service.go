@@ -59,26 +59,30 @@ func (s *Service) admit() func(context.Context) (func(), error) {
 // saved whole); the gate admits it before its first sandbox.
 func (s *Service) Execute(ctx context.Context, req api.Request) (api.Result, error) {
 	er := executor.Request{Request: req, Admit: s.admit()}
-	var work *sessionWork
-	if req.SessionID != "" {
-		sess, err := s.session(req.SessionID)
-		if err != nil {
-			return api.Result{}, err
+	if req.SessionID == "" {
+		if req.Script != "" {
+			return api.Result{}, fmt.Errorf("%w: run_script runs a file of a session", ErrNeedSession)
 		}
-		unlock, err := sess.Lock(ctx)
-		if err != nil {
-			return api.Result{}, err
-		}
-		defer unlock()
+		return s.execute(ctx, er, nil)
+	}
+	var res api.Result
+	err := s.locked(ctx, req.SessionID, func(sess *workspace.Session) error {
 		m := sess.Meta()
 		if er.Language == "" && er.Script == "" {
 			er.Language = m.Language
 		}
-		work = &sessionWork{sess: sess, log: s.log}
+		work := &sessionWork{sess: sess, log: s.log}
 		er.Workspace, er.WorkBytes, er.Installed = work, m.Quota, m.Deps
-	} else if req.Script != "" {
-		return api.Result{}, fmt.Errorf("%w: run_script runs a file of a session", ErrNeedSession)
-	}
+		var err error
+		res, err = s.execute(ctx, er, work)
+		return err
+	})
+	return res, err
+}
+
+// execute runs er and, in a session (work set), reports what the run
+// changed in its /work.
+func (s *Service) execute(ctx context.Context, er executor.Request, work *sessionWork) (api.Result, error) {
 	res, err := s.exec.Execute(ctx, er)
 	if err != nil {
 		return api.Result{}, err

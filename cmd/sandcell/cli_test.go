@@ -172,3 +172,55 @@ func TestBatchFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestPackageDocLists keeps main.go's synopsis in step with the command
+// table: every command is in the package doc, and the doc names no
+// command the binary does not have.
+func TestPackageDocLists(t *testing.T) {
+	src, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _, _ := strings.Cut(string(src), "\npackage main")
+	documented := map[string]bool{}
+	for _, line := range strings.Split(doc, "\n") {
+		f := strings.Fields(strings.TrimPrefix(line, "//"))
+		for i, w := range f {
+			if w == "sandcell" && i+1 < len(f) {
+				next := f[i+1]
+				if next == "[global" && i+3 < len(f) {
+					next = f[i+3]
+				}
+				if strings.HasPrefix(line, "//\tsandcell") {
+					documented[next] = true
+				}
+				break
+			}
+		}
+	}
+	for _, c := range commands {
+		if !documented[c.name] {
+			t.Errorf("command %q is missing from main.go's synopsis", c.name)
+		}
+		delete(documented, c.name)
+	}
+	for name := range documented {
+		t.Errorf("main.go's synopsis names %q, which is not a command", name)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"-h"}, strings.NewReader(""), &out, &errb); code != 0 {
+		t.Fatalf("sandcell -h: exit %d", code)
+	}
+	for _, c := range commands {
+		if !strings.Contains(errb.String(), "  "+c.name+" ") {
+			t.Errorf("sandcell -h does not list %s:\n%s", c.name, errb.String())
+		}
+		errb.Reset()
+		if code := run(context.Background(), []string{c.name, "-h"}, strings.NewReader(""), &out, &errb); code != 0 ||
+			!strings.Contains(errb.String(), "usage: sandcell "+c.name+" "+c.synopsis) {
+			t.Errorf("sandcell %s -h: exit %d\n%s", c.name, code, errb.String())
+		}
+		errb.Reset()
+		run(context.Background(), []string{"-h"}, strings.NewReader(""), &out, &errb)
+	}
+}

@@ -68,7 +68,7 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 		return env.fail(err)
 	}
 	defer closeSvc()
-	srv := service.NewServer(svc, service.ServerOptions{Version: version, NoInstall: env.cfg.NoInstall})
+	srv := service.NewServer(svc, service.ServerOptions{Version: version, NoInstall: env.cfg.Deps.Off})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

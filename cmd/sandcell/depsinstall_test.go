@@ -157,13 +157,13 @@ func newDepsHarness(t *testing.T) *depsHarness {
 	cfg.StateDir, cfg.LayerDir, cfg.CgroupParent = state, layerHome(), "/"+filepath.Base(state)
 	cfg.AutoBuild = false
 	cfg.MaxRuns, cfg.MaxQueue = 2, 8
-	cfg.DepsIndex = map[string]string{
+	cfg.Deps.Index = map[string]string{
 		"python":     fmt.Sprintf("http://pypi.test:%d/simple", h.index.port),
 		"javascript": fmt.Sprintf("http://npm.test:%d/", h.index.port),
 	}
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
-	cfg.EgressHosts = map[string][]netip.Addr{"pypi.test": lo, "npm.test": lo}
-	cfg.DepsMaxBytes = 64 << 20
+	cfg.Deps.Hosts = map[string][]netip.Addr{"pypi.test": lo, "npm.test": lo}
+	cfg.Deps.MaxBytes = 64 << 20
 	a, err := cfg.OpenExecutor(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -276,6 +276,19 @@ func TestInstallDependencies(t *testing.T) {
 		out = h.run(t, api.Request{Language: "python", Source: prog, SessionID: other.SessionID})
 		if out.Status == "ok" {
 			t.Errorf("another session's run imported the package: %q", out.Stdout)
+		}
+		// The set is kept with the session on disk: a restarted server
+		// (a new store of the same sessions, a new service) still mounts it.
+		ws2, err := workspace.Open(h.ws.Dir(), workspace.Options{UID: int(h.cfg.UIDBase) + oci.SandboxUID, GID: int(h.cfg.UIDBase) + oci.SandboxGID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		restarted := service.New(h.a, ws2, nil, nil)
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer rcancel()
+		again, err := restarted.Execute(rctx, api.Request{Language: "python", Source: prog, SessionID: sess.SessionID})
+		if err != nil || again.Status != "ok" || strings.TrimSpace(again.Stdout) != h.index.value {
+			t.Errorf("after a restart, the session's run: %v %s stdout %q stderr %q; want its installed package", err, again.Status, again.Stdout, again.Stderr)
 		}
 		// The layer is read-only to the program.
 		out = h.run(t, api.Request{Language: "python", SessionID: sess.SessionID,

@@ -52,19 +52,14 @@ type Config struct {
 	MaxPids   int64
 	// UIDBase is the first host uid of the sandboxes' id range.
 	UIDBase uint
-	// Isolation is the backend a run gets when it does not choose one:
-	// "runc" (libcontainer in-process) or "gvisor" (runsc).
-	Isolation string
-	// Runsc is the runsc binary (default: RunscPath); RunscPlatform its
-	// platform (default: systrap when offered, else ptrace; kvm only with
-	// RunscAllowKVM, as it hangs on hosts that cannot run it).
+	// Isolation, the runsc settings and the limits are the executor's
+	// (executor.Options has their meaning); Runsc "" means RunscPath.
+	Isolation     string
 	Runsc         string
 	RunscPlatform string
 	RunscAllowKVM bool
-	// Defaults are the limits a run gets when it asks for nothing;
-	// Ceilings bound what a run may ask for.
-	Defaults limits.Set
-	Ceilings limits.Set
+	Defaults      limits.Set
+	Ceilings      limits.Set
 	// SharedLayerDirs are other sandcell homes whose built layers are used
 	// read-only (a rootless server uses the root-built /var/lib/sandcell).
 	SharedLayerDirs []string
@@ -81,14 +76,9 @@ type Config struct {
 	// 4 x MaxRuns). Past both, a call is refused as busy at once.
 	MaxRuns  int
 	MaxQueue int
-	// Package installs (install_dependencies, execute_code's
-	// dependencies): see executor.DepsOptions. NoInstall turns them off.
-	NoInstall    bool
-	DepsMaxBytes int64
-	DepsTimeout  time.Duration
-	DepsIndex    map[string]string
-	EgressAllow  map[string][]string
-	EgressHosts  map[string][]netip.Addr
+	// Deps are the package installs' settings (install_dependencies,
+	// execute_code's dependencies): --no-install, --deps-*, --egress-*.
+	Deps executor.DepsOptions
 	// PoolSize is the most containers prepared ahead per pool key (same
 	// root, limits, environment...); 0 (the default) turns warm pools
 	// off: idle prepared containers are live processes, cgroups and mounts
@@ -164,9 +154,9 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 
 // addDepsFlags adds the install settings' flags.
 func (c *Config) addDepsFlags(fs *flag.FlagSet) {
-	fs.BoolVar(&c.NoInstall, "no-install", c.NoInstall, "turn package installs off (no install_dependencies, no execute_code dependencies)")
-	SizeFlag(fs, &c.DepsMaxBytes, "deps-max-size", "the most one dependency layer may hold (default 512MiB)")
-	fs.DurationVar(&c.DepsTimeout, "deps-timeout", c.DepsTimeout, "wall-clock limit of one install (default 5m)")
+	fs.BoolVar(&c.Deps.Off, "no-install", c.Deps.Off, "turn package installs off (no install_dependencies, no execute_code dependencies)")
+	SizeFlag(fs, &c.Deps.MaxBytes, "deps-max-size", "the most one dependency layer may hold (default 512MiB)")
+	fs.DurationVar(&c.Deps.Timeout, "deps-timeout", c.Deps.Timeout, "wall-clock limit of one install (default 5m)")
 	fs.Func("deps-index", "LANG=URL: the package index or registry of a language's installs (repeatable; default: the catalogue's, e.g. https://pypi.org/simple)", func(v string) error {
 		lang, u, ok := strings.Cut(v, "=")
 		if !ok {
@@ -175,10 +165,10 @@ func (c *Config) addDepsFlags(fs *flag.FlagSet) {
 		if _, err := rootfs.ParseIndex(u); err != nil {
 			return err
 		}
-		if c.DepsIndex == nil {
-			c.DepsIndex = map[string]string{}
+		if c.Deps.Index == nil {
+			c.Deps.Index = map[string]string{}
 		}
-		c.DepsIndex[lang] = u
+		c.Deps.Index[lang] = u
 		return nil
 	})
 	fs.Func("egress-allow", "LANG=HOST:PORT: a host an install of LANG may reach through the egress proxy (repeatable; replaces the catalogue's list for LANG; the index's own host is always allowed)", func(v string) error {
@@ -189,10 +179,10 @@ func (c *Config) addDepsFlags(fs *flag.FlagSet) {
 		if _, err := egress.New(egress.Config{Allow: []string{hp}}); err != nil {
 			return err
 		}
-		if c.EgressAllow == nil {
-			c.EgressAllow = map[string][]string{}
+		if c.Deps.Allow == nil {
+			c.Deps.Allow = map[string][]string{}
 		}
-		c.EgressAllow[lang] = append(c.EgressAllow[lang], hp)
+		c.Deps.Allow[lang] = append(c.Deps.Allow[lang], hp)
 		return nil
 	})
 	fs.Func("egress-host", "NAME=IP: resolve NAME to IP for the egress proxy instead of DNS (repeatable; the only way to allow a loopback or private address, e.g. a local mirror)", func(v string) error {
@@ -201,10 +191,10 @@ func (c *Config) addDepsFlags(fs *flag.FlagSet) {
 		if !ok || err != nil {
 			return fmt.Errorf("%q is not NAME=IP", v)
 		}
-		if c.EgressHosts == nil {
-			c.EgressHosts = map[string][]netip.Addr{}
+		if c.Deps.Hosts == nil {
+			c.Deps.Hosts = map[string][]netip.Addr{}
 		}
-		c.EgressHosts[strings.ToLower(name)] = append(c.EgressHosts[strings.ToLower(name)], a)
+		c.Deps.Hosts[strings.ToLower(name)] = append(c.Deps.Hosts[strings.ToLower(name)], a)
 		return nil
 	})
 }
@@ -254,20 +244,20 @@ func (c *Config) Validate() error {
 
 // validateDeps checks the install settings.
 func (c *Config) validateDeps() error {
-	if c.DepsMaxBytes < 0 || c.DepsTimeout < 0 {
+	if c.Deps.MaxBytes < 0 || c.Deps.Timeout < 0 {
 		return errors.New("--deps-max-size and --deps-timeout must not be negative")
 	}
-	for lang := range c.DepsIndex {
+	for lang := range c.Deps.Index {
 		if _, err := rootfs.InstallerFor(lang); err != nil {
 			return fmt.Errorf("--deps-index: %w", err)
 		}
 	}
-	for lang := range c.EgressAllow {
+	for lang := range c.Deps.Allow {
 		if _, err := rootfs.InstallerFor(lang); err != nil {
 			return fmt.Errorf("--egress-allow: %w", err)
 		}
 	}
-	if _, err := egress.New(egress.Config{Hosts: c.EgressHosts}); err != nil {
+	if _, err := egress.New(egress.Config{Hosts: c.Deps.Hosts}); err != nil {
 		return fmt.Errorf("--egress-host: %w", err)
 	}
 	return nil
@@ -311,9 +301,8 @@ func (c *Config) Executor(log *slog.Logger, poolBusy func() bool) executor.Optio
 		PoolSize:      c.PoolSize,
 		PoolIdle:      c.PoolIdle,
 		PoolBusy:      poolBusy,
-		Deps: executor.DepsOptions{Off: c.NoInstall, MaxBytes: c.DepsMaxBytes, Timeout: c.DepsTimeout,
-			Index: c.DepsIndex, Allow: c.EgressAllow, Hosts: c.EgressHosts},
-		Logger: log,
+		Deps:          c.Deps,
+		Logger:        log,
 	}
 }
 

@@ -55,7 +55,7 @@ func TestDepsFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DepsMaxBytes != 100<<20 || c.EgressHosts["mirror.test"][0].String() != "10.0.0.5" {
+	if c.Deps.MaxBytes != 100<<20 || c.Deps.Hosts["mirror.test"][0].String() != "10.0.0.5" {
 		t.Errorf("parsed %+v", c)
 	}
 	o := c.Executor(nil, nil).Deps
