@@ -2,6 +2,7 @@
 
 GO        ?= go
 BIN       := bin/sandcell
+BENCH_BIN := bin/sandcell-bench
 # cgo + seccomp: without the tag the build succeeds but every run fails.
 # netgo/osusergo + -static: one self-contained binary (also for the VM lane).
 TAGS      := seccomp netgo osusergo
@@ -28,8 +29,9 @@ deps: ## install the Debian packages that are missing (apt-get)
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-build: ## build ./bin/sandcell (cgo, -tags seccomp, static)
+build: ## build ./bin/sandcell and the benchmark harness ./bin/sandcell-bench (cgo, -tags seccomp, static)
 	$(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/sandcell
+	$(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BENCH_BIN) ./cmd/sandcell-bench
 
 # SANDCELL_BUILD_ALL=1 (CI) builds every language of the catalogue.
 layers: build ## build the default language layers (sh, python; all with SANDCELL_BUILD_ALL=1) if missing
@@ -61,10 +63,10 @@ unit: ## fast tests only (-short: no layer builds, no containers)
 	$(GO) test -tags '$(TAGS)' -short ./...
 
 # BENCH_FLAGS adds flags, e.g. BENCH_FLAGS='--lang all' or '-n 100'
-# (sandcell bench -h lists them).
+# (sandcell-bench -h lists them).
 BENCH_FLAGS ?=
 bench: deps build layers ## latency (bare, bwrap, runc/runsc CLIs, sandcell) and throughput side by side: BENCHMARKS.md block, docs/bench-latency.svg
-	$(SUDO) ./$(BIN) --home $(LAYER_DIR) bench --markdown BENCHMARKS.md --plot docs/bench-latency.svg $(BENCH_FLAGS)
+	$(SUDO) ./$(BENCH_BIN) --home $(LAYER_DIR) --markdown BENCHMARKS.md --plot docs/bench-latency.svg $(BENCH_FLAGS)
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -215,6 +216,13 @@ func (e *Executor) SandboxIDs() (uid, gid uint32) { return e.rt.SandboxIDs() }
 // Runtime is the libcontainer backend itself, without the warm pool (the
 // benchmark harness writes bundles with its Host).
 func (e *Executor) Runtime() *oci.Libcontainer { return e.rt }
+
+// Root is the language's root filesystem as Execute gets it: its layers
+// built first if they are missing and Options.AutoBuild is set (the
+// benchmark harness runs the same root on the bare host).
+func (e *Executor) Root(ctx context.Context, lang rootfs.Language) (string, error) {
+	return e.root(ctx, lang)
+}
 
 // Seccomp is the filter of every runc sandbox.
 func (e *Executor) Seccomp() *specs.LinuxSeccomp { return e.filter }
