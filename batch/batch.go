@@ -81,6 +81,11 @@ type Output struct {
 	Verdict string   `json:"verdict,omitempty"`
 	Error   string   `json:"error,omitempty"`
 	Notes   []string `json:"notes,omitempty"`
+	// Started and Finished are when the line began and ended (UTC): what
+	// `batch merge` computes a sharded batch's throughput from. Timings,
+	// like the result's: two runs of a line differ in them.
+	Started  time.Time `json:"started,omitzero"`
+	Finished time.Time `json:"finished,omitzero"`
 }
 
 // Key is the key of the job this output is for (its id, or "line N").
@@ -89,6 +94,21 @@ func (o Output) Key() string {
 		return o.ID
 	}
 	return fmt.Sprintf("line %d", o.Line)
+}
+
+// VerdictKey is what a summary counts the output under: its verdict; for a
+// line without one "status S" (its run's status), or "error" for a line
+// that could not run.
+func (o Output) VerdictKey() string {
+	switch {
+	case o.Error != "":
+		return "error"
+	case o.Verdict != "":
+		return o.Verdict
+	case o.Result != nil:
+		return "status " + string(o.Status)
+	}
+	return "error"
 }
 
 // done reports whether a rerun may skip this output's line: it ran to a
@@ -486,13 +506,7 @@ func (b *Runner) Run(ctx context.Context, jobs []Job, outPath string) (Summary, 
 			_, writeErr = f.Write(append(line, '\n'))
 		}
 		sum.Written++
-		v := o.Verdict
-		switch {
-		case o.Error != "":
-			v = "error"
-		case v == "":
-			v = "status " + string(o.Status)
-		}
+		v := o.VerdictKey()
 		sum.Verdicts[v]++
 		b.Progress.add(v == VerdictAccepted || v == "status ok")
 	}
@@ -505,8 +519,9 @@ func (b *Runner) Run(ctx context.Context, jobs []Job, outPath string) (Summary, 
 }
 
 // One runs a job.
-func (b *Runner) One(ctx context.Context, j Job) Output {
-	o := Output{ID: j.ID, Line: j.Line, Language: j.Req.Language}
+func (b *Runner) One(ctx context.Context, j Job) (o Output) {
+	o = Output{ID: j.ID, Line: j.Line, Language: j.Req.Language, Started: time.Now().UTC()}
+	defer func() { o.Finished = time.Now().UTC() }()
 	if j.Err != nil {
 		o.Error = j.Err.Error()
 		return o

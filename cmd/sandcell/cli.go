@@ -28,12 +28,16 @@ type command struct {
 	// interspersed: flags may come after positional arguments ("run FILE --json").
 	interspersed bool
 	setup        func(fs *flag.FlagSet, env *cliEnv) func(ctx context.Context, args []string) int
+	// subs are commands named by a second word ("batch merge"), each
+	// with flags of its own.
+	subs []command
 }
 
 // commands are sandcell's subcommands, in the order of the help.
 var commands = []command{
 	{name: "run", synopsis: "--lang LANG (--code STRING | FILE) [flags]", summary: "run one program in a fresh sandbox", interspersed: true, setup: runCommand},
-	{name: "batch", synopsis: "(--in FILE.jsonl[.gz] | --humaneval PATH) --out RESULTS.jsonl [flags]", summary: "run a JSON-lines file of programs (or HumanEval-X) and judge them", setup: batchCommand},
+	{name: "batch", synopsis: "(--in FILE.jsonl[.gz] | --humaneval PATH) --out RESULTS.jsonl [flags]", summary: "run a JSON-lines file of programs (or HumanEval-X) and judge them", setup: batchCommand,
+		subs: []command{{name: "merge", synopsis: "(--in FILE | --humaneval PATH [--lang L] [--samples S]) --out MERGED.jsonl [--summary S.json] SHARD.jsonl...", summary: "combine the results of `batch --shard K/N` into one file and a summary (verdicts, languages, pass@k, throughput)", setup: batchMergeCommand}}},
 	{name: "serve", synopsis: "[--stdio] [--http ADDR] [--tcp ADDR] [flags]", summary: "serve MCP on stdio, Streamable HTTP (--http) and TCP (--tcp)", setup: serveCommand},
 	{name: "rootfs", synopsis: "build|list|prune|verify [flags]", summary: "build, list, prune and verify language layers", setup: rootfsCommand},
 	{name: "build", synopsis: "[--all | LANG...]", summary: "same as rootfs build", setup: buildCommand},
@@ -47,7 +51,10 @@ func usage() string {
 	var b strings.Builder
 	b.WriteString("usage: sandcell [global flags] <command> [flags]\n\ncommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(&b, "  %-12s %s\n", c.name, c.summary)
+		for _, sub := range c.subs {
+			fmt.Fprintf(&b, "  %-12s %s\n", c.name+" "+sub.name, sub.summary)
+		}
 	}
 	b.WriteString("\nRun 'sandcell <command> -h' for the command's flags, 'sandcell -h' for the global ones.\n" +
 		"The benchmark harness is its own binary: sandcell-bench (make bench).\n")
@@ -95,9 +102,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}
 	for _, c := range commands {
-		if c.name == rest[0] {
-			return env.dispatch(ctx, c, rest[1:])
+		if c.name != rest[0] {
+			continue
 		}
+		for _, sub := range c.subs {
+			if len(rest) > 1 && rest[1] == sub.name {
+				sub.name = c.name + " " + sub.name
+				return env.dispatch(ctx, sub, rest[2:])
+			}
+		}
+		return env.dispatch(ctx, c, rest[1:])
 	}
 	fmt.Fprintf(stderr, "sandcell: unknown command %q\n\n%s", rest[0], usage())
 	return 2

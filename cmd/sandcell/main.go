@@ -6,6 +6,8 @@
 //
 //	sandcell [global flags] run --lang LANG (--code STRING | FILE) [flags]   run one program
 //	sandcell [global flags] batch (--in FILE | --humaneval PATH) --out FILE   run and judge a file of programs
+//	sandcell [global flags] batch --shard K/N ...                             run shard K of N of it
+//	sandcell batch merge (--in FILE | --humaneval PATH) --out FILE SHARD...   merge the shards' results
 //	sandcell [global flags] serve [--stdio] [--http ADDR] [--tcp ADDR]        serve MCP
 //	sandcell [global flags] rootfs build|list|prune|verify                    manage the language layers
 //	sandcell [global flags] build [--all | LANG...]                           same as rootfs build
