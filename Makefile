@@ -9,8 +9,10 @@ TAGS      := seccomp netgo osusergo
 LDFLAGS   := -s -w -extldflags=-static
 # sandcell home: the layer store lives in $(LAYER_DIR)/rootfs (rootfs.DefaultDir).
 LAYER_DIR ?= /var/lib/sandcell
-# Debian packages the build, the layers and the tests need.
-APT_PKGS  := gcc libc6-dev libseccomp-dev mmdebstrap busybox-static runc runsc bubblewrap
+# Debian packages the build, the layers and the tests need (slurm*, munge:
+# the Slurm recipe's test starts a single-node cluster of its own).
+APT_PKGS  := gcc libc6-dev libseccomp-dev mmdebstrap busybox-static runc runsc bubblewrap \
+	slurmctld slurmd slurm-client munge
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin

@@ -93,6 +93,10 @@ func Checks(ctx context.Context, cfg *config.Config) []Check {
 	}
 	cs = append(cs, mm)
 
+	if sc, ok := SlurmCheck(os.Getenv, readTrim("/proc/self/cgroup"), cfg.CgroupParent); ok {
+		cs = append(cs, sc)
+	}
+
 	store := cfg.Store(nil)
 	for _, l := range rootfs.Languages() {
 		c := Check{Name: "layer " + l.Name, Required: false, OK: true, Detail: "built in " + cfg.LayerDir}
@@ -102,6 +106,54 @@ func Checks(ctx context.Context, cfg *config.Config) []Check {
 		cs = append(cs, c)
 	}
 	return cs
+}
+
+// SlurmCheck is the note on a run inside a Slurm job (SLURM_JOB_ID set;
+// getenv is os.Getenv, procCgroup the text of /proc/self/cgroup), and
+// false outside one. slurmd puts a job's processes in cgroups of its own
+// (proctrack/cgroup, task/cgroup: <hierarchy>:/slurm.../job_N/step_M),
+// where its limits, accounting and scancel apply. sandcell does not nest
+// its sandboxes there: each gets a cgroup under parent at the root of the
+// hierarchies (on cgroup v2 a job's cgroup holds processes, so by the
+// no-internal-processes rule it cannot also hold the sandboxes' limited
+// children). So Slurm neither limits nor counts the sandboxes' memory and
+// CPU, and reaches them only through sandcell.
+func SlurmCheck(getenv func(string) string, procCgroup, parent string) (Check, bool) {
+	job := getenv("SLURM_JOB_ID")
+	if job == "" {
+		return Check{}, false
+	}
+	what := "job " + job
+	if task := getenv("SLURM_ARRAY_TASK_ID"); task != "" {
+		what += fmt.Sprintf(" (array %s, task %s)", getenv("SLURM_ARRAY_JOB_ID"), task)
+	}
+	var slurmCgroups []string
+	for _, line := range strings.Split(procCgroup, "\n") {
+		// "6:freezer:/slurm_node/uid_0/job_2/step_batch" (v1) or
+		// "0::/system.slice/slurmstepd.scope/job_2/step_batch/user/task_0" (v2)
+		if _, rest, ok := strings.Cut(line, ":"); ok && (strings.Contains(rest, "/slurm") || strings.Contains(rest, "/job_")) {
+			slurmCgroups = append(slurmCgroups, rest)
+		}
+	}
+	c := Check{Name: "slurm", OK: true}
+	if len(slurmCgroups) == 0 {
+		c.Detail = what + ", no cgroup set by slurmd (proctrack/linuxproc): Slurm tracks this process by its pid only"
+	} else {
+		c.Detail = what + ", in cgroup " + strings.Join(slurmCgroups, ", ") + " set by slurmd"
+	}
+	cpus := getenv("SLURM_CPUS_PER_TASK")
+	if cpus == "" {
+		cpus = getenv("SLURM_CPUS_ON_NODE")
+	}
+	alloc := "the job's allocation"
+	if cpus != "" {
+		alloc += " (" + cpus + " CPUs)"
+	}
+	c.Detail += fmt.Sprintf("; sandboxes get cgroups of their own under --cgroup-parent %s, outside the job's: "+
+		"Slurm's limits and accounting do not cover them, and scancel reaches them through sandcell "+
+		"(SIGTERM cancels every run; after a SIGKILL the next sandcell on the node removes what is left). "+
+		"Keep --concurrency and the runs' limits within %s", parent, alloc)
+	return c, true
 }
 
 // missingControllers lists the controllers sandcell needs that the host
