@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandcell/sandcell/internal/health"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
 	"github.com/sandcell/sandcell/service"
@@ -32,23 +33,29 @@ func serveCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string)
 		httpAddr, tcpAddr string
 		tokenFile         string
 		origins           multiFlag
+		drainTimeout      time.Duration
 	)
 	fs.BoolVar(&stdio, "stdio", false, "serve on stdin/stdout (the default when neither --http nor --tcp is given)")
 	fs.StringVar(&httpAddr, "http", "", "serve Streamable HTTP on ADDR at /mcp (e.g. 127.0.0.1:8080; a bare :PORT binds 127.0.0.1)")
 	fs.StringVar(&tcpAddr, "tcp", "", "serve newline-delimited JSON on TCP ADDR (e.g. 127.0.0.1:3000; a bare :PORT binds 127.0.0.1)")
 	fs.StringVar(&tokenFile, "auth-token-file", "", "require 'Authorization: Bearer TOKEN' on HTTP, TOKEN read from this file")
 	fs.Var(&origins, "allow-origin", "browser Origin allowed on HTTP besides loopback ones (repeatable; * for any)")
+	fs.DurationVar(&drainTimeout, "drain-timeout", 0, "on SIGTERM/SIGINT, first drain for at most this long: /readyz turns 503, new sessions are refused, requests in flight finish (0: cancel them at once)")
 	return func(ctx context.Context, args []string) int {
 		if !env.noArgs("serve", args) {
 			return 2
 		}
-		return serve(ctx, env, stdio, httpAddr, tcpAddr, tokenFile, origins)
+		if drainTimeout < 0 {
+			return env.usageError("serve", "--drain-timeout %s is negative", drainTimeout)
+		}
+		return serve(ctx, env, stdio, httpAddr, tcpAddr, tokenFile, origins, drainTimeout)
 	}
 }
 
 // serve wires the server (executor, sessions, gate, MCP) and serves it on
-// the transports asked for until stdin ends (stdio) or ctx does.
-func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, tokenFile string, origins []string) int {
+// the transports asked for until stdin ends (stdio) or ctx does (after a
+// drain of at most drainTimeout).
+func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, tokenFile string, origins []string, drainTimeout time.Duration) int {
 	if httpAddr == "" && tcpAddr == "" {
 		stdio = true
 	}
@@ -70,8 +77,27 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 	defer closeSvc()
 	srv := service.NewServer(svc, service.ServerOptions{Version: version, NoInstall: env.cfg.Deps.Off})
 
-	ctx, cancel := context.WithCancel(ctx)
+	// ctx ends at SIGTERM/SIGINT; the server's life, one drain later.
+	signalled := ctx
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	drain := &health.Drainer{Busy: svc.Runs}
+	go func() {
+		select {
+		case <-signalled.Done():
+		case <-ctx.Done():
+			return
+		}
+		if drainTimeout > 0 {
+			env.log.Info("draining: new sessions are refused, requests in flight finish", "timeout", drainTimeout)
+			dctx, dcancel := context.WithTimeout(ctx, drainTimeout)
+			if err := drain.Drain(dctx); err != nil {
+				env.log.Warn("the drain timed out: cancelling what still runs", "err", err)
+			}
+			dcancel()
+		}
+		cancel()
+	}()
 	go svc.ExpireSessions(ctx)
 	var (
 		wg       sync.WaitGroup
@@ -91,6 +117,7 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 		if err != nil {
 			return env.fail(fmt.Errorf("--tcp: %w", err))
 		}
+		ln = drain.Listener(ln)
 		env.log.Info("serving MCP on TCP", "addr", ln.Addr().String())
 		wg.Add(1)
 		go func() {
@@ -111,7 +138,8 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 		}
 		h := mcp.NewHTTPHandler(srv, &mcp.HTTPOptions{AllowedOrigins: origins, AnyHost: !loopback, AuthToken: token})
 		mux := http.NewServeMux()
-		mux.Handle("/mcp", h)
+		mux.Handle("/mcp", drain.Wrap(h))
+		drain.Handle(mux) // /healthz, /readyz
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		env.log.Info("serving MCP on HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
 		wg.Add(1)
