@@ -155,4 +155,3 @@ func sseMessages(r io.Reader) <-chan string {
 	}()
 	return ch
 }
-
