@@ -54,12 +54,14 @@ rootless-user: ## create the unprivileged user the rootless tests run sandcell a
 test: deps build layers conformance-deps rootless-user ## every test; root tests run when root (CI is root)
 	$(GO) vet -tags '$(TAGS)' ./...
 	cd conformance && $(GO) vet ./...
+	cd deploy/k8s/validate && $(GO) vet ./...
 	# -p 1: packages one at a time; the teardown checks look host-wide
 	# (processes in the sandbox uid range, cgroups, mounts), so another
 	# package's sandboxes running at the same time would look like leftovers.
 	SANDCELL_LAYER_DIR=$(LAYER_DIR) SANDCELL_TEST_STORE=$(LAYER_DIR) $(GO) test -p 1 -tags '$(TAGS)' -count=1 -timeout 60m ./...
 	$(FUZZ)
 	$(CONFORMANCE)
+	$(K8S_VALIDATE)
 
 unit: ## fast tests only (-short: no layer builds, no containers)
 	$(GO) test -tags '$(TAGS)' -short ./...
@@ -101,6 +103,9 @@ FUZZ_TIME    ?= 15s
 FUZZ = for t in $(FUZZ_TARGETS); do set -- $$(echo $$t | tr : ' '); \
 	$(GO) test -tags '$(TAGS)' -run '^$$' -fuzz "^$$2\$$" -fuzztime $(FUZZ_TIME) $$1 || exit 1; done
 CONFORMANCE = cd conformance && SANDCELL_LAYER_DIR=$(LAYER_DIR) $(GO) test -count=1 -timeout 20m ./...
+# The Kubernetes manifests against the API's types (a module of its own:
+# the Kubernetes libraries stay out of sandcell's build).
+K8S_VALIDATE = cd deploy/k8s/validate && $(GO) test -count=1 ./...
 
 test-mcp: FUZZ_TARGETS = $(FUZZ_MCP)
 test-mcp: deps build layers conformance-deps ## only the MCP layer: protocol tests, fuzz, real clients

@@ -39,7 +39,7 @@ var commands = []command{
 	{name: "batch", synopsis: "(--in FILE.jsonl[.gz] | --humaneval PATH) --out RESULTS.jsonl [flags]", summary: "run a JSON-lines file of programs (or HumanEval-X) and judge them", setup: batchCommand,
 		subs: []command{{name: "merge", synopsis: "(--in FILE | --humaneval PATH [--lang L] [--samples S]) --out MERGED.jsonl [--summary S.json] SHARD.jsonl...", summary: "combine the results of `batch --shard K/N` into one file and a summary (verdicts, languages, pass@k, throughput)", setup: batchMergeCommand}}},
 	{name: "serve", synopsis: "[--stdio] [--http ADDR] [--tcp ADDR] [flags]", summary: "serve MCP on stdio, Streamable HTTP (--http) and TCP (--tcp)", setup: serveCommand},
-	{name: "rootfs", synopsis: "build|list|prune|verify [flags]", summary: "build, list, prune and verify language layers", setup: rootfsCommand},
+	{name: "rootfs", synopsis: "build|list|prune|verify [flags]", summary: "build, list, prune and verify language layers", setup: rootfsCommand, subs: rootfsCommands},
 	{name: "build", synopsis: "[--all | LANG...]", summary: "same as rootfs build", setup: buildCommand},
 	{name: "languages", synopsis: "[--json]", summary: "list the languages and whether their layers are built", setup: languagesCommand},
 	{name: "doctor", synopsis: "[--json]", summary: "check what this host supports and how to fix what is missing", setup: doctorCommand},
@@ -51,9 +51,9 @@ func usage() string {
 	var b strings.Builder
 	b.WriteString("usage: sandcell [global flags] <command> [flags]\n\ncommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(&b, "  %-12s %s\n", c.name, c.summary)
+		fmt.Fprintf(&b, "  %-14s %s\n", c.name, c.summary)
 		for _, sub := range c.subs {
-			fmt.Fprintf(&b, "  %-12s %s\n", c.name+" "+sub.name, sub.summary)
+			fmt.Fprintf(&b, "  %-14s %s\n", c.name+" "+sub.name, sub.summary)
 		}
 	}
 	b.WriteString("\nRun 'sandcell <command> -h' for the command's flags, 'sandcell -h' for the global ones.\n" +
@@ -71,6 +71,29 @@ type cliEnv struct {
 
 // run is the whole CLI, testable without a process: it returns the exit status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cl, code := parse(args, stdin, stdout, stderr)
+	if cl == nil {
+		return code
+	}
+	return cl.body(ctx, cl.pos)
+}
+
+// commandLine is a command line taken apart: the environment (the global
+// flags' configuration), the command, its flag set holding the values
+// given, its positional arguments and the code that runs it.
+type commandLine struct {
+	env  *cliEnv
+	cmd  command
+	fs   *flag.FlagSet
+	pos  []string
+	body func(context.Context, []string) int
+}
+
+// parse takes a command line apart as run does, running nothing: nil and
+// the exit status when it cannot (0 for -h, 2 for a usage mistake, which
+// it printed). The prologue every command shares: global flags, the
+// command (and its subcommand), its flags, -h.
+func parse(args []string, stdin io.Reader, stdout, stderr io.Writer) (*commandLine, int) {
 	global := flag.NewFlagSet("sandcell", flag.ContinueOnError)
 	global.SetOutput(stderr)
 	global.Usage = func() {
@@ -83,19 +106,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	logLevel := global.String("log-level", "warn", "log level on stderr: debug, info, warn, error")
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return nil, 0
 		}
-		return 2
+		return nil, 2
 	}
 	rest := global.Args()
 	if len(rest) == 0 {
 		fmt.Fprint(stderr, usage())
-		return 2
+		return nil, 2
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(stderr, "sandcell: bad --log-level %q\n", *logLevel)
-		return 2
+		return nil, 2
 	}
 	env := &cliEnv{
 		stdin: stdin, stdout: stdout, stderr: stderr, cfg: cfg,
@@ -108,18 +131,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		for _, sub := range c.subs {
 			if len(rest) > 1 && rest[1] == sub.name {
 				sub.name = c.name + " " + sub.name
-				return env.dispatch(ctx, sub, rest[2:])
+				return env.parseCommand(sub, rest[2:])
 			}
 		}
-		return env.dispatch(ctx, c, rest[1:])
+		return env.parseCommand(c, rest[1:])
 	}
 	fmt.Fprintf(stderr, "sandcell: unknown command %q\n\n%s", rest[0], usage())
-	return 2
+	return nil, 2
 }
 
-// dispatch is the prologue every command shares: its flags, -h, parse
-// errors (exit 2), then the command.
-func (e *cliEnv) dispatch(ctx context.Context, c command, args []string) int {
+// parseCommand registers c's flags and parses args with them.
+func (e *cliEnv) parseCommand(c command, args []string) (*commandLine, int) {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
@@ -140,11 +162,11 @@ func (e *cliEnv) dispatch(ctx context.Context, c command, args []string) int {
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return nil, 0
 		}
-		return 2
+		return nil, 2
 	}
-	return body(ctx, pos)
+	return &commandLine{env: e, cmd: c, fs: fs, pos: pos, body: body}, 0
 }
 
 func hasFlags(fs *flag.FlagSet) bool {

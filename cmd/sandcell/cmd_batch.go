@@ -63,6 +63,10 @@ func batchCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string)
 			return env.fail(err)
 		}
 		jobs = shard.Select(jobs)
+		// A shard's file may be the first in its directory (shared storage).
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return env.fail(err)
+		}
 		for i := range jobs {
 			jobs[i].Req.Isolation = isolation
 		}

@@ -22,16 +22,11 @@ var rootfsCommands = []command{
 }
 
 // rootfsCommand: sandcell rootfs build|list|prune|verify manages the layer
-// store (rootfsCommands).
+// store (rootfsCommands, the command table's subcommands of rootfs); this
+// is what runs without one of them.
 func rootfsCommand(_ *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
 	return func(ctx context.Context, args []string) int {
 		if len(args) > 0 {
-			for _, c := range rootfsCommands {
-				if c.name == args[0] {
-					c.name = "rootfs " + c.name
-					return env.dispatch(ctx, c, args[1:])
-				}
-			}
 			fmt.Fprintf(env.stderr, "sandcell rootfs: unknown command %q\n", args[0])
 		}
 		fmt.Fprintln(env.stderr, "usage: sandcell rootfs build|list|prune|verify [flags]")
