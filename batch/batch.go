@@ -96,6 +96,25 @@ func (o Output) Key() string {
 	return fmt.Sprintf("line %d", o.Line)
 }
 
+// WithoutTimings is o without what two runs of one program measure
+// differently: when it ran, its wall and CPU time and its peak memory (of
+// each phase). Two batches of one input agree on everything else (a
+// sharded one merged and an unsharded one, say).
+func (o Output) WithoutTimings() Output {
+	o.Started, o.Finished = time.Time{}, time.Time{}
+	if o.Result != nil {
+		r := *o.Result
+		r.ExecutionTimeMS, r.CPUTimeMS, r.MemoryPeakBytes = 0, 0, 0
+		if r.Compile != nil {
+			c := *r.Compile
+			c.ExecutionTimeMS, c.CPUTimeMS, c.MemoryPeakBytes = 0, 0, 0
+			r.Compile = &c
+		}
+		o.Result = &r
+	}
+	return o
+}
+
 // VerdictKey is what a summary counts the output under: its verdict; for a
 // line without one "status S" (its run's status), or "error" for a line
 // that could not run.

@@ -96,8 +96,8 @@ func TestSlurmArray(t *testing.T) {
 		t.Fatalf("%d merged results, %d unsharded; want 164 each", len(shardedOut), len(whole))
 	}
 	for _, o := range shardedOut {
-		got, _ := json.Marshal(withoutTimings(o))
-		want, _ := json.Marshal(withoutTimings(whole[o.Key()]))
+		got, _ := json.Marshal(o.WithoutTimings())
+		want, _ := json.Marshal(whole[o.Key()].WithoutTimings())
 		if string(got) != string(want) {
 			t.Errorf("%s: sharded %s\nunsharded %s", o.Key(), got, want)
 		}
@@ -120,24 +120,6 @@ func TestSlurmArray(t *testing.T) {
 	if !found {
 		t.Errorf("doctor in a Slurm job has no slurm check: %+v", report.Checks)
 	}
-}
-
-// withoutTimings is an output without what two runs of one program
-// measure differently: when it ran, its wall and CPU time and its peak
-// memory.
-func withoutTimings(o batch.Output) batch.Output {
-	o.Started, o.Finished = time.Time{}, time.Time{}
-	if o.Result != nil {
-		r := *o.Result
-		r.ExecutionTimeMS, r.CPUTimeMS, r.MemoryPeakBytes = 0, 0, 0
-		if r.Compile != nil {
-			cp := *r.Compile
-			cp.ExecutionTimeMS, cp.CPUTimeMS, cp.MemoryPeakBytes = 0, 0, 0
-			r.Compile = &cp
-		}
-		o.Result = &r
-	}
-	return o
 }
 
 // buildSandcell builds this package's binary for jobs to run (the build
