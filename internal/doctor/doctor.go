@@ -146,7 +146,11 @@ func SlurmCheck(getenv func(string) string, procCgroup, parent string) (Check, b
 		cpus = getenv("SLURM_CPUS_ON_NODE")
 	}
 	alloc := "the job's allocation"
-	if cpus != "" {
+	switch cpus {
+	case "":
+	case "1":
+		alloc += " (1 CPU)"
+	default:
 		alloc += " (" + cpus + " CPUs)"
 	}
 	c.Detail += fmt.Sprintf("; sandboxes get cgroups of their own under --cgroup-parent %s, outside the job's: "+
