@@ -266,7 +266,7 @@ func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst ro
 	res, err := oci.Run(ctx, e.rt, &oci.Request{Root: root, Args: argv, Env: env, Limits: lim, Egress: socket,
 		Mounts: []oci.Mount{{Source: dir, Destination: rootfs.DepsDir, Writable: true}}})
 	out := strings.TrimSpace(res.Stdout + "\n" + res.Stderr)
-	e.log.Info("install ran", "language", lang.Name, "requirements", reqs, "status", res.Status, "exit_code", res.ExitCode, "ms", time.Since(start).Milliseconds())
+	e.log.InfoContext(ctx, "install ran", "language", lang.Name, "requirements", reqs, "status", res.Status, "exit_code", res.ExitCode, "ms", time.Since(start).Milliseconds())
 	if err != nil {
 		return out, err
 	}

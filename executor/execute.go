@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
@@ -59,11 +61,55 @@ type Request struct {
 // nothing ran; a run that sandcell failed is a result with status
 // internal_error and a nil error. The result's Notes say which limits
 // were clamped to the server's ceilings.
-func (e *Executor) Execute(ctx context.Context, req Request) (api.Result, error) {
+func (e *Executor) Execute(ctx context.Context, req Request) (res api.Result, err error) {
+	adm := &admission{admit: req.Admit}
+	if e.opts.Observe != nil {
+		start := time.Now()
+		ev := Event{Isolation: cmp.Or(req.Isolation, e.opts.Isolation)}
+		defer func() {
+			ev.Status, ev.Refused = res.Status, refusal(err)
+			ev.Wall, ev.Queue, ev.Language = time.Since(start), adm.waited, adm.language
+			e.opts.Observe(ev)
+		}()
+	}
+	return e.execute(ctx, req, adm)
+}
+
+// Refused tells the observer (Options.Observe) of a request its caller
+// refused before it reached Execute (an unknown session): the metrics
+// count every refusal, wherever it was decided.
+func (e *Executor) Refused(req api.Request, err error) {
+	if e.opts.Observe == nil || err == nil {
+		return
+	}
+	ev := Event{Isolation: cmp.Or(req.Isolation, e.opts.Isolation), Refused: refusal(err)}
+	if l, lerr := e.language(req); lerr == nil {
+		ev.Language = l.Name
+	}
+	e.opts.Observe(ev)
+}
+
+// refusal classes a refusal for Event.Refused ("" for none).
+func refusal(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, api.ErrInvalid):
+		return "invalid"
+	case errors.Is(err, api.ErrBusy):
+		return "busy"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "cancelled"
+	}
+	return "failed"
+}
+
+func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (api.Result, error) {
 	lang, err := e.language(req.Request)
 	if err != nil {
 		return api.Result{}, err
 	}
+	adm.language = lang.Name
 	rt, err := e.runtime(req.Isolation, req.Fresh)
 	if err != nil {
 		return api.Result{}, err
@@ -101,7 +147,6 @@ func (e *Executor) Execute(ctx context.Context, req Request) (api.Result, error)
 	if err != nil {
 		return api.Result{}, err
 	}
-	adm := &admission{admit: req.Admit}
 	defer adm.release()
 	deps, err := e.runDeps(ctx, lang, req, adm)
 	if err != nil {
@@ -126,8 +171,7 @@ func (e *Executor) Execute(ctx context.Context, req Request) (api.Result, error)
 			Collect: collect, Workspace: req.Workspace, WorkBytes: req.WorkBytes, OnOutput: output(prefix), Mounts: mounts})
 	}
 
-	var res api.Result
-	res.Notes = notes
+	res := api.Result{Notes: notes}
 	if len(compileArgs) > 0 {
 		var collect func([]api.File)
 		if req.Workspace == nil {
@@ -167,17 +211,22 @@ func refused(err error) bool { return errors.Is(err, api.ErrInvalid) }
 
 // admission is a request's one entry through Request.Admit.
 type admission struct {
-	admit func(context.Context) (func(), error)
-	once  sync.Once
-	err   error
-	leave func()
+	admit  func(context.Context) (func(), error)
+	once   sync.Once
+	err    error
+	leave  func()
+	waited time.Duration // how long admit took
+	// language is the request's language once resolved (for Event).
+	language string
 }
 
 // enter admits the request (once; later calls return the first answer).
 func (a *admission) enter(ctx context.Context) error {
 	a.once.Do(func() {
 		if a.admit != nil {
+			start := time.Now()
 			a.leave, a.err = a.admit(ctx)
+			a.waited = time.Since(start)
 		}
 	})
 	return a.err
@@ -255,6 +304,6 @@ func (e *Executor) root(ctx context.Context, lang rootfs.Language) (string, erro
 		return e.store.Root(lang) // ErrNotBuilt names "sandcell rootfs build LANG"
 	}
 	return e.store.Ensure(ctx, lang, func(p rootfs.Progress) {
-		e.log.Info("building language layers", "language", p.Language, "layer", p.Layer, "step", p.Step, "done", p.Done, "total", p.Total)
+		e.log.InfoContext(ctx, "building language layers", "language", p.Language, "layer", p.Layer, "step", p.Step, "done", p.Done, "total", p.Total)
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
@@ -67,6 +68,9 @@ type Options struct {
 	PoolBusy func() bool
 	// Deps configures package installs (deps.go).
 	Deps DepsOptions
+	// Observe, if set, is told of every request Execute finished (ran or
+	// refused): the server's metrics. It must return quickly.
+	Observe func(Event)
 	// Logger receives the executor's logs (nil: discarded).
 	Logger *slog.Logger
 }
@@ -92,6 +96,22 @@ type DepsOptions struct {
 	// (a local mirror), since the proxy refuses names that DNS resolves
 	// to one (DNS rebinding).
 	Hosts map[string][]netip.Addr
+}
+
+// Event is one request as Execute saw it.
+type Event struct {
+	// Language is the language's canonical name ("" when the request
+	// named none the catalogue has); Isolation the backend (runc, gvisor).
+	Language, Isolation string
+	// Status is the run's verdict; "" when the request was refused, and
+	// Refused then says why: "invalid" (api.ErrInvalid), "busy"
+	// (api.ErrBusy), "cancelled" (the caller gave up while it waited), or
+	// "failed" (anything else: a layer build, an install).
+	Status  api.Status
+	Refused string
+	// Wall is the whole request; Queue the part of it spent waiting for
+	// admission (Request.Admit).
+	Wall, Queue time.Duration
 }
 
 // Isolations are the backends a request can choose.

@@ -169,7 +169,7 @@ func (ss *Session) handleRequest(m *message, r replier) {
 		return
 	}
 
-	ctx, cancel := context.WithCancel(ss.ctx)
+	ctx, cancel := context.WithCancel(withRequestID(ss.ctx))
 	ex := &exchange{
 		ss: ss, id: m.ID, method: m.Method, r: r, ctx: ctx, cancel: cancel,
 		stateless: era.stateless, version: era.version, caps: era.caps, level: era.level, meta: era.meta,

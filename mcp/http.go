@@ -103,15 +103,35 @@ const (
 	headerName            = "Mcp-Name"
 )
 
-func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// admit applies the endpoint's Origin, Host and auth rules to r; on a
+// refusal it has written the response and returns false.
+func (h *HTTPHandler) admit(w http.ResponseWriter, r *http.Request) bool {
 	if !h.originAllowed(r.Header.Get("Origin")) || !h.hostAllowed(r.Host) {
 		h.s.log.Warn("http request refused: origin or host not allowed", "origin", r.Header.Get("Origin"), "host", r.Host)
 		writeHTTPError(w, http.StatusForbidden, ID{}, errorf(CodeInvalidRequest, "forbidden: origin or host not allowed (DNS-rebinding protection); see --allow-origin"))
-		return
+		return false
 	}
 	if h.opts.AuthToken != "" && !h.authorized(r.Header.Get("Authorization")) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sandcell"`)
 		writeHTTPError(w, http.StatusUnauthorized, ID{}, errorf(CodeInvalidRequest, "unauthorized: send Authorization: Bearer <token>"))
+		return false
+	}
+	return true
+}
+
+// Guard serves next behind the same Origin, Host and auth rules as the MCP
+// endpoint: the other routes of the listener (/metrics) get no weaker
+// protection than /mcp.
+func (h *HTTPHandler) Guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.admit(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.admit(w, r) {
 		return
 	}
 	switch r.Method {

@@ -61,12 +61,18 @@ func (s *Service) Execute(ctx context.Context, req api.Request) (api.Result, err
 	er := executor.Request{Request: req, Admit: s.admit()}
 	if req.SessionID == "" {
 		if req.Script != "" {
-			return api.Result{}, fmt.Errorf("%w: run_script runs a file of a session", ErrNeedSession)
+			err := fmt.Errorf("%w: run_script runs a file of a session", ErrNeedSession)
+			s.exec.Refused(req, err)
+			return api.Result{}, err
 		}
 		return s.execute(ctx, er, nil)
 	}
-	var res api.Result
+	var (
+		res api.Result
+		ran bool
+	)
 	err := s.locked(ctx, req.SessionID, func(sess *workspace.Session) error {
+		ran = true
 		m := sess.Meta()
 		if er.Language == "" && er.Script == "" {
 			er.Language = m.Language
@@ -77,6 +83,9 @@ func (s *Service) Execute(ctx context.Context, req api.Request) (api.Result, err
 		res, err = s.execute(ctx, er, work)
 		return err
 	})
+	if err != nil && !ran {
+		s.exec.Refused(req, err) // the session: unknown, or its lock not had
+	}
 	return res, err
 }
 
@@ -88,7 +97,7 @@ func (s *Service) execute(ctx context.Context, er executor.Request, work *sessio
 		return api.Result{}, err
 	}
 	for _, n := range res.Notes {
-		s.log.Info("limit clamped", "note", n)
+		s.log.InfoContext(ctx, "limit clamped", "note", n)
 	}
 	if work != nil {
 		res.Files = work.changes()
@@ -191,7 +200,7 @@ func (s *Service) Languages(context.Context) ([]mcp.LanguageInfo, error) {
 	return out, nil
 }
 
-func (s *Service) CreateSession(_ context.Context, language string, ttl time.Duration) (mcp.SessionInfo, error) {
+func (s *Service) CreateSession(ctx context.Context, language string, ttl time.Duration) (mcp.SessionInfo, error) {
 	if language != "" {
 		l, err := rootfs.Lookup(language)
 		if err != nil {
@@ -203,7 +212,7 @@ func (s *Service) CreateSession(_ context.Context, language string, ttl time.Dur
 	if err != nil {
 		return mcp.SessionInfo{}, err
 	}
-	s.log.Info("session created", "session", m.ID, "language", m.Language, "ttl", m.TTL)
+	s.log.InfoContext(ctx, "session created", "session", m.ID, "language", m.Language, "ttl", m.TTL)
 	return mcp.SessionInfo{SessionID: m.ID, Language: m.Language, Expires: m.LastUsed.Add(m.TTL),
 		TTLSecs: int64(m.TTL / time.Second), QuotaB: m.Quota}, nil
 }
@@ -225,7 +234,7 @@ func (s *Service) locked(ctx context.Context, id string, f func(*workspace.Sessi
 
 func (s *Service) CloseSession(ctx context.Context, id string) error {
 	return s.locked(ctx, id, func(*workspace.Session) error {
-		s.log.Info("session closed", "session", id)
+		s.log.InfoContext(ctx, "session closed", "session", id)
 		return s.ws.Remove(id)
 	})
 }

@@ -11,14 +11,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/health"
+	"github.com/sandcell/sandcell/internal/metrics"
+	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rootfs"
 	"github.com/sandcell/sandcell/service"
 )
-
-// version is the serverInfo version (set with -ldflags -X main.version=...).
-var version = "dev"
 
 // serveCommand: sandcell serve [--stdio] [--http ADDR] [--tcp ADDR]
 // [--auth-token-file F] [--allow-origin ORIGIN]...
@@ -28,34 +31,24 @@ var version = "dev"
 // TCP; several at once. Every tool call runs in a fresh sandbox. Returns
 // when stdin ends (stdio) or on SIGTERM/SIGINT, after cancelling every run.
 func serveCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
-	var (
-		stdio             bool
-		httpAddr, tcpAddr string
-		tokenFile         string
-		origins           multiFlag
-		drainTimeout      time.Duration
-	)
-	fs.BoolVar(&stdio, "stdio", false, "serve on stdin/stdout (the default when neither --http nor --tcp is given)")
-	fs.StringVar(&httpAddr, "http", "", "serve Streamable HTTP on ADDR at /mcp (e.g. 127.0.0.1:8080; a bare :PORT binds 127.0.0.1)")
-	fs.StringVar(&tcpAddr, "tcp", "", "serve newline-delimited JSON on TCP ADDR (e.g. 127.0.0.1:3000; a bare :PORT binds 127.0.0.1)")
-	fs.StringVar(&tokenFile, "auth-token-file", "", "require 'Authorization: Bearer TOKEN' on HTTP, TOKEN read from this file")
-	fs.Var(&origins, "allow-origin", "browser Origin allowed on HTTP besides loopback ones (repeatable; * for any)")
-	fs.DurationVar(&drainTimeout, "drain-timeout", 0, "on SIGTERM/SIGINT, first drain for at most this long: /readyz turns 503, new sessions are refused, requests in flight finish (0: cancel them at once)")
+	var sc config.Serve
+	sc.AddFlags(fs)
 	return func(ctx context.Context, args []string) int {
 		if !env.noArgs("serve", args) {
 			return 2
 		}
-		if drainTimeout < 0 {
-			return env.usageError("serve", "--drain-timeout %s is negative", drainTimeout)
+		if sc.DrainTimeout < 0 {
+			return env.usageError("serve", "--drain-timeout %s is negative", sc.DrainTimeout)
 		}
-		return serve(ctx, env, stdio, httpAddr, tcpAddr, tokenFile, origins, drainTimeout)
+		return serve(ctx, env, sc)
 	}
 }
 
 // serve wires the server (executor, sessions, gate, MCP) and serves it on
 // the transports asked for until stdin ends (stdio) or ctx does (after a
-// drain of at most drainTimeout).
-func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, tokenFile string, origins []string, drainTimeout time.Duration) int {
+// drain of at most sc.DrainTimeout).
+func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
+	stdio, httpAddr, tcpAddr, tokenFile, origins, drainTimeout := sc.Stdio, sc.HTTP, sc.TCP, sc.AuthTokenFile, sc.AllowOrigins, sc.DrainTimeout
 	if httpAddr == "" && tcpAddr == "" {
 		stdio = true
 	}
@@ -75,7 +68,10 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 		return env.fail(err)
 	}
 	defer closeSvc()
-	srv := service.NewServer(svc, service.ServerOptions{Version: version, NoInstall: env.cfg.Deps.Off})
+	if err := prebuild(ctx, env, svc.exec, sc.Prebuild); err != nil {
+		return env.fail(err)
+	}
+	srv := service.NewServer(svc.Service, service.ServerOptions{Version: version.String(), NoInstall: env.cfg.Deps.Off})
 
 	// ctx ends at SIGTERM/SIGINT; the server's life, one drain later.
 	signalled := ctx
@@ -140,6 +136,7 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", drain.Wrap(h))
 		drain.Handle(mux) // /healthz, /readyz
+		mux.Handle("/metrics", h.Guard(svc.metrics.Handler()))
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		env.log.Info("serving MCP on HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
 		wg.Add(1)
@@ -186,16 +183,47 @@ func isLoopbackAddr(a net.Addr) bool {
 	return ok && ta.IP.IsLoopback()
 }
 
+// served is the wired server: the MCP sandbox over the executor, and the
+// metrics that observe it.
+type served struct {
+	*service.Service
+	exec    *executor.Executor
+	metrics *metrics.Metrics
+}
+
 // openService wires the MCP sandbox: the admission gate, the executor
-// (whose warm pool yields to the gate) and the sessions' store.
-func openService(env *cliEnv) (*service.Service, func(), error) {
+// (whose warm pool yields to the gate, and whose every request the metrics
+// count) and the sessions' store.
+func openService(env *cliEnv) (*served, func(), error) {
+	if err := env.cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
 	gate := service.NewGate(env.cfg.MaxRuns, env.cfg.MaxQueue)
-	e, err := env.cfg.OpenExecutor(env.log, func() bool { return gate.Queued() > 0 })
+	var (
+		e  *executor.Executor
+		ws *workspace.Store
+	)
+	m := metrics.New(metrics.Sources{
+		Live: func() int { return e.Runtime().Live() },
+		Sessions: func() int {
+			ms, _ := ws.List()
+			return len(ms)
+		},
+		Pool: func() (oci.PoolStats, int) {
+			if p := e.Pool(); p != nil {
+				return p.Stats(), p.Idle()
+			}
+			return oci.PoolStats{}, 0
+		},
+	})
+	opts := env.cfg.Executor(env.log, func() bool { return gate.Queued() > 0 })
+	opts.Observe = m.Observe
+	e, err := executor.Open(opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	uid, gid := e.SandboxIDs()
-	ws, err := workspace.Open(env.cfg.SessionsPath(), workspace.Options{
+	ws, err = workspace.Open(env.cfg.SessionsPath(), workspace.Options{
 		UID: int(uid), GID: int(gid),
 		Quota: env.cfg.SessionQuota, TTL: env.cfg.SessionTTL, Logger: env.log,
 	})
@@ -203,5 +231,22 @@ func openService(env *cliEnv) (*service.Service, func(), error) {
 		e.Close()
 		return nil, nil, fmt.Errorf("sessions: %w", err)
 	}
-	return service.New(e, ws, gate, env.log), func() { e.Close() }, nil
+	return &served{service.New(e, ws, gate, env.log), e, m}, func() { e.Close() }, nil
+}
+
+// prebuild builds the layers of langs before the server takes calls
+// (serve --prebuild): a first call then never waits for a build.
+func prebuild(ctx context.Context, env *cliEnv, e *executor.Executor, langs []string) error {
+	for _, name := range langs {
+		l, err := rootfs.Lookup(name)
+		if err != nil {
+			return fmt.Errorf("--prebuild: %w", err)
+		}
+		start := time.Now()
+		if _, err := e.Root(ctx, l); err != nil {
+			return fmt.Errorf("--prebuild %s: %w", name, err)
+		}
+		env.log.Info("layers ready", "language", l.Name, "ms", time.Since(start).Milliseconds())
+	}
+	return nil
 }

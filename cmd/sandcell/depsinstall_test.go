@@ -31,6 +31,7 @@ import (
 	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/internal/testutil"
+	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
 	"github.com/sandcell/sandcell/oci"
@@ -302,7 +303,7 @@ func TestInstallDependencies(t *testing.T) {
 		// End to end through the MCP server as cmd serve wires it: the
 		// tool is listed, the set installed above is a cache hit, and
 		// execute_code's dependencies mount it.
-		conn := newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version}))
+		conn := newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version.String()}))
 		call := func(tool string, args map[string]any) map[string]any {
 			t.Helper()
 			resp, err := conn.call(ctx, "tools/call", map[string]any{"name": tool, "arguments": args})

@@ -33,6 +33,7 @@ import (
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/testutil"
+	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
 	"github.com/sandcell/sandcell/oci"
@@ -305,7 +306,7 @@ func newHarness(t *testing.T, entries []*corpusEntry) *harness {
 		t.Fatal(err)
 	}
 	h.sb = service.New(a, h.ws, service.NewGate(cfg.MaxRuns, cfg.MaxQueue), nil)
-	h.conn = newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version}))
+	h.conn = newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version.String()}))
 
 	h.canaryDir = t.TempDir()
 	h.canary = filepath.Join(h.canaryDir, "canary")

@@ -13,9 +13,13 @@
 //	sandcell [global flags] build [--all | LANG...]                           same as rootfs build
 //	sandcell [global flags] languages [--json]                                list the languages
 //	sandcell [global flags] doctor [--json]                                   check the host
+//	sandcell [global flags] config check FILE | show                          validate a config file, show the effective one
 //	sandcell setup --user NAME                                                delegate a cgroup subtree (as root)
 //
-// `sandcell -h` lists the global flags, `sandcell CMD -h` a command's
+// Every global flag and every flag of serve can also come from a TOML file
+// (--config FILE; the flags' names are its keys; the command line wins).
+// `sandcell --version` prints the release and commit. `sandcell -h` lists
+// the global flags, `sandcell CMD -h` a command's
 // (both generated from the command table in cli.go; TestPackageDocLists
 // keeps this list in step with it). The benchmark harness is a binary of
 // its own, cmd/sandcell-bench. Logs go to stderr (log/slog). See README.md.
