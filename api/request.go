@@ -38,7 +38,8 @@ type Request struct {
 	Dependencies []string
 	// Output, if set, receives the program's output while it runs. stream
 	// is "stdout" or "stderr", prefixed with "compile " in a compile
-	// phase. It is called from the capture goroutines and must not block.
+	// phase, or "setup" for what happens before (a layer build of a first
+	// use). It is called from the capture goroutines and must not block.
 	Output func(stream, text string)
 }
 

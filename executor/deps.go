@@ -187,7 +187,7 @@ func (e *Executor) dependencies(ctx context.Context, lang rootfs.Language, reqs 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := e.root(ctx, lang); err != nil {
+	if _, err := e.root(ctx, lang, nil); err != nil {
 		return nil, err
 	}
 	stackID, err := e.store.StackID(lang)
@@ -227,7 +227,7 @@ func positiveOr[T int64 | time.Duration](v, def T) T {
 // installer's layer, in network mode egress, writing to dir (mounted at
 // rootfs.DepsDir). It returns the package manager's output.
 func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst rootfs.Installer, index string, allow, reqs []string, dir string, maxBytes int64) (string, error) {
-	root, err := e.root(ctx, inst.Layer())
+	root, err := e.root(ctx, inst.Layer(), nil)
 	if err != nil {
 		return "", err
 	}

@@ -143,7 +143,7 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 		}
 		notes = append(notes, more...)
 	}
-	root, err := e.root(ctx, lang)
+	root, err := e.root(ctx, lang, req.Output)
 	if err != nil {
 		return api.Result{}, err
 	}
@@ -297,13 +297,25 @@ func scriptArgs(lang rootfs.Language, argv []string, script string) []string {
 }
 
 // root returns the language's root filesystem, building its layers first if
-// they are missing and the server may build (Options.AutoBuild); progress
-// goes to the log.
-func (e *Executor) root(ctx context.Context, lang rootfs.Language) (string, error) {
+// they are missing and the server may build (Options.AutoBuild). A build's
+// progress goes to the log and, if out is set (the request's Output), to
+// the caller as the stream "setup": a first call of an unbuilt language
+// hears why it waits (the MCP tools send it as progress, or as a log
+// message to a client that asked for no progress). Calls that need the
+// same layers meanwhile wait for that one build (the store's recipe lock)
+// and use its result.
+func (e *Executor) root(ctx context.Context, lang rootfs.Language, out func(stream, text string)) (string, error) {
 	if !e.opts.AutoBuild {
 		return e.store.Root(lang) // ErrNotBuilt names "sandcell rootfs build LANG"
 	}
 	return e.store.Ensure(ctx, lang, func(p rootfs.Progress) {
 		e.log.InfoContext(ctx, "building language layers", "language", p.Language, "layer", p.Layer, "step", p.Step, "done", p.Done, "total", p.Total)
+		if out != nil {
+			out(StreamSetup, fmt.Sprintf("building the %s layers (a first use): [%d/%d] %s layer: %s\n", p.Language, p.Done, p.Total, p.Layer, p.Step))
+		}
 	})
 }
+
+// StreamSetup is the Output stream of what happens before a program runs
+// (a layer build).
+const StreamSetup = "setup"

@@ -241,7 +241,7 @@ func (e *Executor) Runtime() *oci.Libcontainer { return e.rt }
 // built first if they are missing and Options.AutoBuild is set (the
 // benchmark harness runs the same root on the bare host).
 func (e *Executor) Root(ctx context.Context, lang rootfs.Language) (string, error) {
-	return e.root(ctx, lang)
+	return e.root(ctx, lang, nil)
 }
 
 // Seccomp is the filter of every runc sandbox.

@@ -267,6 +267,14 @@ func runTool(ctx context.Context, s *Server, exec Executor, req *CallToolRequest
 	live := startLiveOutput(req, o.ProgressEvery)
 	if live != nil {
 		er.Output = live.add
+	} else if req != nil && req.ex != nil {
+		// No progress asked for: what delays the run (a layer build of a
+		// first use) still reaches the client, as a log message.
+		er.Output = func(stream, text string) {
+			if stream == "setup" {
+				req.Log("info", "sandcell", strings.TrimSuffix(text, "\n"))
+			}
+		}
 	}
 	res, err := exec.Execute(ctx, er)
 	live.stop()

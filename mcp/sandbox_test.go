@@ -1528,3 +1528,34 @@ func TestSandboxArguments(t *testing.T) {
 		}
 	})
 }
+
+// TestSetupReachesTheClient: what delays a run before its program starts
+// (a layer build of a first use, stream "setup") reaches a client that
+// asked for no progress as a log message, at its logging level.
+func TestSetupReachesTheClient(t *testing.T) {
+	s, f, _ := sandboxServer(t)
+	f.exec = func(ctx context.Context, req api.Request) (api.Result, error) {
+		if req.Output == nil {
+			return api.Result{}, errors.New("no Output: the setup stream would be lost")
+		}
+		req.Output("setup", "building the python layers (a first use): [1/5] python layer: extract\n")
+		req.Output("stdout", "not a log message\n")
+		return api.Result{Phase: api.Phase{Status: "ok"}}, nil
+	}
+	c := dialSandbox(t, s, nil)
+	if resp, _ := c.call(c.nextID("lvl"), "logging/setLevel", map[string]any{"level": "info"}); resp["result"] == nil {
+		t.Fatalf("setLevel: %v", resp)
+	}
+	_, before := c.callTool("execute_code", map[string]any{"language": "python", "source": "print()"}, nil)
+	var logs []any
+	for _, m := range before {
+		if m["method"] == "notifications/message" {
+			logs = append(logs, m["params"].(map[string]any)["data"])
+		} else {
+			t.Errorf("unexpected message: %v", m)
+		}
+	}
+	if len(logs) != 1 || logs[0] != "building the python layers (a first use): [1/5] python layer: extract" {
+		t.Errorf("log messages %v, want the one setup line", logs)
+	}
+}
