@@ -103,15 +103,29 @@ const (
 	headerName            = "Mcp-Name"
 )
 
-func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// Check applies the endpoint's Origin, Host and token rules to r, as
+// ServeHTTP does: 0 when r may go on, else the HTTP status (403: a
+// foreign Origin or Host, DNS rebinding; 401: no or a wrong token) and
+// why. The other endpoints of the listener (the REST adapters) are
+// guarded by it, so that one set of rules covers them all; a 401 answer
+// should carry WWW-Authenticate (see ServeHTTP).
+func (h *HTTPHandler) Check(r *http.Request) (status int, reason string) {
 	if !h.originAllowed(r.Header.Get("Origin")) || !h.hostAllowed(r.Host) {
-		h.s.log.Warn("http request refused: origin or host not allowed", "origin", r.Header.Get("Origin"), "host", r.Host)
-		writeHTTPError(w, http.StatusForbidden, ID{}, errorf(CodeInvalidRequest, "forbidden: origin or host not allowed (DNS-rebinding protection); see --allow-origin"))
-		return
+		h.s.log.Warn("http request refused: origin or host not allowed", "origin", r.Header.Get("Origin"), "host", r.Host, "path", r.URL.Path)
+		return http.StatusForbidden, "forbidden: origin or host not allowed (DNS-rebinding protection); see --allow-origin"
 	}
 	if h.opts.AuthToken != "" && !h.authorized(r.Header.Get("Authorization")) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sandcell"`)
-		writeHTTPError(w, http.StatusUnauthorized, ID{}, errorf(CodeInvalidRequest, "unauthorized: send Authorization: Bearer <token>"))
+		return http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <token>"
+	}
+	return 0, ""
+}
+
+func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if status, reason := h.Check(r); status != 0 {
+		if status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sandcell"`)
+		}
+		writeHTTPError(w, status, ID{}, errorf(CodeInvalidRequest, "%s", reason))
 		return
 	}
 	switch r.Method {
