@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
+	"github.com/sandcell/sandcell/rest"
 	"github.com/sandcell/sandcell/service"
 )
 
@@ -34,7 +35,7 @@ func serveCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string)
 		origins           multiFlag
 	)
 	fs.BoolVar(&stdio, "stdio", false, "serve on stdin/stdout (the default when neither --http nor --tcp is given)")
-	fs.StringVar(&httpAddr, "http", "", "serve Streamable HTTP on ADDR at /mcp (e.g. 127.0.0.1:8080; a bare :PORT binds 127.0.0.1)")
+	fs.StringVar(&httpAddr, "http", "", "serve Streamable HTTP on ADDR at /mcp, and Piston's and Judge0's REST APIs (e.g. 127.0.0.1:8080; a bare :PORT binds 127.0.0.1)")
 	fs.StringVar(&tcpAddr, "tcp", "", "serve newline-delimited JSON on TCP ADDR (e.g. 127.0.0.1:3000; a bare :PORT binds 127.0.0.1)")
 	fs.StringVar(&tokenFile, "auth-token-file", "", "require 'Authorization: Bearer TOKEN' on HTTP, TOKEN read from this file")
 	fs.Var(&origins, "allow-origin", "browser Origin allowed on HTTP besides loopback ones (repeatable; * for any)")
@@ -112,6 +113,13 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 		h := mcp.NewHTTPHandler(srv, &mcp.HTTPOptions{AllowedOrigins: origins, AnyHost: !loopback, AuthToken: token})
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", h)
+		// Piston's and Judge0's REST APIs on the same listener, under the
+		// same Origin and token rules (h.Check), the same executor and gate.
+		rh := rest.New(rest.Options{Executor: svc.Executor(), Admit: svc.Admit(), Guard: h.Check,
+			Languages: rest.BuiltLanguages(svc.Executor().Store()), Ceilings: env.cfg.Ceilings,
+			Workers: env.cfg.MaxRuns, Logger: env.log})
+		defer rh.Close()
+		mux.Handle("/", rh)
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		env.log.Info("serving MCP on HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
 		wg.Add(1)
