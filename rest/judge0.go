@@ -860,7 +860,10 @@ func (j *judge0) run(ctx context.Context, sub *submission, admit func(context.Co
 		req := in.req
 		req.Output = tr.output
 		res, err := j.h.opts.Executor.Execute(ctx, executor.Request{Request: req, Admit: func(ctx context.Context) (func(), error) {
-			release, err := admit(ctx)
+			release, err := func() {}, error(nil)
+			if admit != nil {
+				release, err = admit(ctx)
+			}
 			if err == nil {
 				j.store.setStatus(sub, statusProcessing)
 			}
