@@ -133,6 +133,9 @@ func TestPistonClient(t *testing.T) {
 	if sa := stage("stdinArgs", "run"); sa["stdout"] != "/work/echo.py ['x', 'y'] ['one', 'two']\n" {
 		t.Errorf("stdin and args: %v", sa)
 	}
+	if c, run := stage("phaseLimits", "compile"), stage("phaseLimits", "run"); c["code"] != 0.0 || run["stdout"] != "small\n" || run["memory"].(float64) > 16<<20 {
+		t.Errorf("run_memory_limit 16 MiB: compile %v, run %v; want both to pass (the compile stage has its own limits)", c, run)
+	}
 	if msg := r["unknown"]["message"]; msg != "python-2.7.0 runtime is unknown" {
 		t.Errorf("unknown version: %v", r["unknown"])
 	}

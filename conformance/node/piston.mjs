@@ -3,7 +3,7 @@
 //
 // usage: node piston.mjs URL
 // Prints one JSON object {runtimes, python, javascript, c, cpp, bash,
-// compileError, timeout, stdinArgs, unknown} (each an answer of the client
+// compileError, timeout, stdinArgs, phaseLimits, unknown} (each an answer of the client
 // as it returned it) and exits 0; exits 1 with the error on stderr.
 
 import piston from 'piston-client';
@@ -25,5 +25,8 @@ out.stdinArgs = await client.execute({
   stdin: 'one two',
   args: ['x', 'y'],
 });
+// Each stage has its own limits: 16 MiB binds the run, not g++ (which
+// needs several times that for <iostream>).
+out.phaseLimits = await client.execute('c++', '#include <iostream>\nint main() { std::cout << "small" << std::endl; }', { runMemoryLimit: 16 << 20 });
 out.unknown = await client.execute('python', 'print(1)', { version: '2.7.0' });
 console.log(JSON.stringify(out));
