@@ -3,6 +3,8 @@ module github.com/sandcell/sandcell
 go 1.26.8
 
 require (
+	github.com/Masterminds/semver/v3 v3.5.0
+	github.com/coder/websocket v1.8.15
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/cyphar/filepath-securejoin v0.7.0
 	github.com/google/jsonschema-go v0.4.3

@@ -1,5 +1,7 @@
 package api
 
+import "io"
+
 // Request is one program to run, as a caller asks for it: the language's
 // program made of Source (execute_code, `sandcell run`, a batch line), a
 // Command (run_command) or a Script of the session's /work (run_script).
@@ -25,9 +27,17 @@ type Request struct {
 	// Env holds KEY=VALUE pairs added to the program's environment.
 	Env   []string
 	Stdin []byte // nil: no input (/dev/null)
+	// StdinStream, if set, is the run phase's standard input instead of
+	// Stdin, read while the program runs (an interactive client). The
+	// caller must make its Read return once Execute returned.
+	StdinStream io.Reader
 	// Limits may tighten or loosen the server's defaults within its
 	// ceilings; zero fields mean "the default".
 	Limits Limits
+	// CompileLimits, if set, are the compile phase's limits in place of
+	// Limits (the REST APIs give each phase its own: Piston's
+	// compile_timeout, Judge0's fixed compile limits).
+	CompileLimits *Limits
 	// Isolation is "runc", "gvisor", or "" for the server's default.
 	Isolation string
 	// SessionID, if set, runs with the session's persistent /work.
@@ -41,6 +51,10 @@ type Request struct {
 	// phase, or "setup" for what happens before (a layer build of a first
 	// use). It is called from the capture goroutines and must not block.
 	Output func(stream, text string)
+	// PhaseDone, if set, is called when a phase ended ("compile" or
+	// "run"), with its result, before the next phase starts (the Piston
+	// WebSocket's exit events). It is not called for a refused request.
+	PhaseDone func(phase string, p Phase)
 }
 
 // Limits are a run's limits in request units: milliseconds, MiB, counts

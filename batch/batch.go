@@ -274,17 +274,23 @@ func parseLine(n int, line []byte) Job {
 // each line's trailing spaces and tabs, a "\r" before a newline and
 // trailing newlines do not count (so "1 2\n" matches "1 2" and
 // "1 2 \r\n\n"). Leading and inner whitespace counts.
-func JudgeOutput(res api.Result, want string) string {
+func JudgeOutput(res api.Result, want string) string { return Verdict(res, &want) }
+
+// Verdict is JudgeOutput for a run with or without an expected output:
+// without one (want nil) stdout is not compared (Judge0's rule), and a
+// run that compiled and ended by itself with exit status 0 within its
+// limits is accepted.
+func Verdict(res api.Result, want *string) string {
 	if v := failureVerdict(res); v != "" {
 		return v
 	}
 	if res.Status != api.StatusOK {
 		return VerdictRuntimeError
 	}
-	if normalizeOutput(res.Stdout) == normalizeOutput(want) {
-		return VerdictAccepted
+	if want != nil && normalizeOutput(res.Stdout) != normalizeOutput(*want) {
+		return VerdictWrongAnswer
 	}
-	return VerdictWrongAnswer
+	return VerdictAccepted
 }
 
 // failureVerdict is the verdict of a run that did not end by itself

@@ -180,6 +180,24 @@ func TestJudgeOutput(t *testing.T) {
 	}
 }
 
+// TestVerdictWithoutExpectedOutput: without an expected output stdout is
+// not compared; the run's own verdict stands.
+func TestVerdictWithoutExpectedOutput(t *testing.T) {
+	for _, tc := range []struct {
+		res api.Result
+		v   string
+	}{
+		{api.Result{Phase: api.Phase{Status: api.StatusOK, Stdout: "anything"}}, VerdictAccepted},
+		{api.Result{Phase: api.Phase{Status: api.StatusError, ExitCode: 3}}, VerdictRuntimeError},
+		{api.Result{Phase: api.Phase{Status: api.StatusError}, CompileFailed: true}, VerdictCompileError},
+		{api.Result{Phase: api.Phase{Status: api.StatusTimeout}}, VerdictTimeLimit},
+	} {
+		if got := Verdict(tc.res, nil); got != tc.v {
+			t.Errorf("Verdict(%+v, nil) = %s, want %s", tc.res, got, tc.v)
+		}
+	}
+}
+
 func TestJudgeHumanEval(t *testing.T) {
 	for _, tc := range []struct {
 		lang string

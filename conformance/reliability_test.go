@@ -399,6 +399,9 @@ func TestReliabilityLoad(t *testing.T) {
 					}
 				})
 			}
+			if gate.flags == nil { // Piston's and Judge0's routes, through the same gate
+				restLoad(t, addr, hc, n)
+			}
 			// The clients are gone: the server's connections close.
 			hc.CloseIdleConnections()
 			var fdEnd int

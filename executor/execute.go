@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"slices"
 	"strings"
@@ -138,7 +139,11 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 	var compileLim = runLim
 	if len(compileArgs) > 0 {
 		var more []string
-		if compileLim, more, err = e.PhaseLimits(lang.CompileLimits, req.Limits); err != nil {
+		asked := req.Limits
+		if req.CompileLimits != nil {
+			asked = *req.CompileLimits
+		}
+		if compileLim, more, err = e.PhaseLimits(lang.CompileLimits, asked); err != nil {
 			return api.Result{}, err
 		}
 		notes = append(notes, more...)
@@ -166,21 +171,27 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 		}
 		return func(stream, text string) { req.Output(prefix+stream, text) }
 	}
-	phase := func(args []string, lim limits.Set, files []api.File, stdin []byte, prefix string, collect func([]api.File)) (api.Phase, error) {
-		return oci.Run(ctx, rt, &oci.Request{Root: root, Args: args, Env: env, Stdin: stdin, Files: files, Limits: lim,
+	phase := func(args []string, lim limits.Set, files []api.File, stdin []byte, stream io.Reader, prefix string, collect func([]api.File)) (api.Phase, error) {
+		return oci.Run(ctx, rt, &oci.Request{Root: root, Args: args, Env: env, Stdin: stdin, StdinStream: stream, Files: files, Limits: lim,
 			Collect: collect, Workspace: req.Workspace, WorkBytes: req.WorkBytes, OnOutput: output(prefix), Mounts: mounts})
 	}
 
+	done := func(name string, p api.Phase) {
+		if req.PhaseDone != nil {
+			req.PhaseDone(name, p)
+		}
+	}
 	res := api.Result{Notes: notes}
 	if len(compileArgs) > 0 {
 		var collect func([]api.File)
 		if req.Workspace == nil {
 			collect = func(f []api.File) { files = f }
 		}
-		c, err := phase(compileArgs, compileLim, files, nil, "compile ", collect)
+		c, err := phase(compileArgs, compileLim, files, nil, nil, "compile ", collect)
 		if refused(err) {
 			return api.Result{}, err
 		}
+		done("compile", c)
 		if err != nil { // sandcell failed: the internal_error is the result
 			res.Phase = c
 			return res, nil
@@ -197,10 +208,11 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 			files = nil // the session's /work holds the compile phase's outputs
 		}
 	}
-	res.Phase, err = phase(runArgs, runLim, files, req.Stdin, "", nil)
+	res.Phase, err = phase(runArgs, runLim, files, req.Stdin, req.StdinStream, "", nil)
 	if refused(err) {
 		return api.Result{}, err
 	}
+	done("run", res.Phase)
 	return res, nil
 }
 

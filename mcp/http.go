@@ -103,25 +103,39 @@ const (
 	headerName            = "Mcp-Name"
 )
 
-// admit applies the endpoint's Origin, Host and auth rules to r; on a
-// refusal it has written the response and returns false.
-func (h *HTTPHandler) admit(w http.ResponseWriter, r *http.Request) bool {
+// Check applies the endpoint's Origin, Host and token rules to r, as
+// ServeHTTP does: 0 when r may go on, else the HTTP status (403: a
+// foreign Origin or Host, DNS rebinding; 401: no or a wrong token) and
+// why. The other endpoints of the listener (the REST adapters) are
+// guarded by it, so that one set of rules covers them all; a 401 answer
+// should carry WWW-Authenticate (see ServeHTTP).
+func (h *HTTPHandler) Check(r *http.Request) (status int, reason string) {
 	if !h.originAllowed(r.Header.Get("Origin")) || !h.hostAllowed(r.Host) {
-		h.s.log.Warn("http request refused: origin or host not allowed", "origin", r.Header.Get("Origin"), "host", r.Host)
-		writeHTTPError(w, http.StatusForbidden, ID{}, errorf(CodeInvalidRequest, "forbidden: origin or host not allowed (DNS-rebinding protection); see --allow-origin"))
-		return false
+		h.s.log.Warn("http request refused: origin or host not allowed", "origin", r.Header.Get("Origin"), "host", r.Host, "path", r.URL.Path)
+		return http.StatusForbidden, "forbidden: origin or host not allowed (DNS-rebinding protection); see --allow-origin"
 	}
 	if h.opts.AuthToken != "" && !h.authorized(r.Header.Get("Authorization")) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sandcell"`)
-		writeHTTPError(w, http.StatusUnauthorized, ID{}, errorf(CodeInvalidRequest, "unauthorized: send Authorization: Bearer <token>"))
-		return false
+		return http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <token>"
 	}
-	return true
+	return 0, ""
+}
+
+// admit applies Check to r; on a refusal it has written the response (a
+// JSON-RPC error) and returns false.
+func (h *HTTPHandler) admit(w http.ResponseWriter, r *http.Request) bool {
+	status, reason := h.Check(r)
+	if status == 0 {
+		return true
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sandcell"`)
+	}
+	writeHTTPError(w, status, ID{}, errorf(CodeInvalidRequest, "%s", reason))
+	return false
 }
 
 // Guard serves next behind the same Origin, Host and auth rules as the MCP
-// endpoint: the other routes of the listener (/metrics) get no weaker
-// protection than /mcp.
+// endpoint (Check): /metrics gets no weaker protection than /mcp.
 func (h *HTTPHandler) Guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.admit(w, r) {

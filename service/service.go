@@ -46,6 +46,15 @@ func New(exec *executor.Executor, ws *workspace.Store, gate *Gate, log *slog.Log
 	return &Service{exec: exec, ws: ws, gate: gate, log: log}
 }
 
+// Executor is the executor the service runs requests with (the REST
+// adapters run theirs with it too, through the same gate).
+func (s *Service) Executor() *executor.Executor { return s.exec }
+
+// Admit is the admission of every run of the server: the gate's Enter,
+// or nil when there is no gate. It has the shape of
+// executor.Request.Admit.
+func (s *Service) Admit() func(context.Context) (func(), error) { return s.admit() }
+
 // admit is the gate's Enter, or nil without a gate.
 func (s *Service) admit() func(context.Context) (func(), error) {
 	if s.gate == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
 	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rest"
 	"github.com/sandcell/sandcell/rootfs"
 	"github.com/sandcell/sandcell/service"
 )
@@ -137,6 +138,13 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		mux.Handle("/mcp", drain.Wrap(h))
 		drain.Handle(mux) // /healthz, /readyz
 		mux.Handle("/metrics", h.Guard(svc.metrics.Handler()))
+		// Piston's and Judge0's REST APIs on the same listener, under the
+		// same Origin and token rules (h.Check), the same executor and gate.
+		rh := rest.New(rest.Options{Executor: svc.Executor(), Admit: svc.Admit(), Guard: h.Check,
+			Languages: rest.BuiltLanguages(svc.Executor().Store()), Ceilings: env.cfg.Ceilings,
+			Workers: env.cfg.MaxRuns, Logger: env.log})
+		defer rh.Close()
+		mux.Handle("/", drain.Wrap(rh))
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		env.log.Info("serving MCP on HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
 		wg.Add(1)

@@ -15,7 +15,7 @@ const module = "github.com/sandcell/sandcell/"
 // cmd -> service -> executor -> oci -> limits, seccomp, rootfs; api (the
 // wire types) is imported by all and imports nothing.
 var allowedImports = map[string][]string{
-	"cmd/sandcell":       {"api", "service", "batch", "executor", "mcp", "oci", "limits", "rootfs", "internal/config", "internal/doctor", "internal/health", "internal/workspace", "internal/metrics", "internal/version"},
+	"cmd/sandcell":       {"api", "service", "batch", "executor", "mcp", "rest", "oci", "limits", "rootfs", "internal/config", "internal/doctor", "internal/health", "internal/workspace", "internal/metrics", "internal/version"},
 	"cmd/sandcell-bench": {"api", "batch", "executor", "oci", "limits", "rootfs", "internal/bench", "internal/config"},
 	"internal/bench":     {"api", "batch", "executor", "oci", "limits", "rootfs", "seccomp", "internal/config", "internal/humaneval", "internal/par"},
 	"internal/metrics":   {"executor", "oci"},
@@ -23,6 +23,7 @@ var allowedImports = map[string][]string{
 	"internal/doctor":    {"internal/config", "oci", "limits", "rootfs"},
 	"service":            {"api", "executor", "mcp", "oci", "rootfs", "internal/workspace"},
 	"batch":              {"api", "executor", "limits", "internal/humaneval", "internal/par"},
+	"rest":               {"api", "batch", "executor", "limits", "rootfs"},
 	"executor":           {"api", "oci", "limits", "rootfs", "seccomp", "internal/egress"},
 	"oci":                {"api", "limits", "internal/netcopy"},
 	"mcp":                {"api", "limits"},

@@ -33,7 +33,7 @@ type Serve struct {
 // AddFlags registers serve's flags on fs.
 func (s *Serve) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&s.Stdio, "stdio", s.Stdio, "serve on stdin/stdout (the default when neither --http nor --tcp is given)")
-	fs.StringVar(&s.HTTP, "http", s.HTTP, "serve Streamable HTTP on ADDR at /mcp (e.g. 127.0.0.1:8080; a bare :PORT binds 127.0.0.1)")
+	fs.StringVar(&s.HTTP, "http", s.HTTP, "serve Streamable HTTP on ADDR at /mcp, and Piston's and Judge0's REST APIs (e.g. 127.0.0.1:8080; a bare :PORT binds 127.0.0.1)")
 	fs.StringVar(&s.TCP, "tcp", s.TCP, "serve newline-delimited JSON on TCP ADDR (e.g. 127.0.0.1:3000; a bare :PORT binds 127.0.0.1)")
 	fs.StringVar(&s.AuthTokenFile, "auth-token-file", s.AuthTokenFile, "require 'Authorization: Bearer TOKEN' on HTTP, TOKEN read from this file")
 	fs.Var(&listValue{p: &s.AllowOrigins}, "allow-origin", "browser Origin allowed on HTTP besides loopback ones (repeatable; * for any)")
