@@ -227,12 +227,12 @@ func (s *Store) Clean() error {
 		errs = append(errs, err)
 	}
 	for _, e := range entries {
-		key, _, _ := strings.Cut(e.Name(), "-")
-		if !hexRE.MatchString(key) {
+		lock, ok := tmpLock(e.Name())
+		if !ok {
 			continue
 		}
 		p := filepath.Join(dir, tmpDir, e.Name())
-		unlock, locked, err := tryLock(filepath.Join(dir, locksDir, "recipe-"+key+".lock"))
+		unlock, locked, err := tryLock(filepath.Join(dir, locksDir, lock))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -253,7 +253,8 @@ func (s *Store) Clean() error {
 	return errors.Join(append(errs, err)...)
 }
 
-// liveRoots are the root ids of the catalogue's built languages.
+// liveRoots are the root ids of the catalogue's built languages and of
+// the imported images.
 func (s *Store) liveRoots() map[string]bool {
 	live := map[string]bool{}
 	for _, l := range cat.Languages {
@@ -261,6 +262,7 @@ func (s *Store) liveRoots() map[string]bool {
 			live[st.rootID()] = true
 		}
 	}
+	s.imageRoots(live)
 	return live
 }
 
@@ -313,7 +315,8 @@ type Pruned struct {
 // Prune removes the layers that no language of the catalogue uses (left by
 // an older catalogue or by rebuilt layers), their roots and recipe
 // pointers, leftover builds, and layers of the previous store format
-// (Dir/layers/<name>/, the old default /var/lib/sandcell/layers). It waits for running builds and blocks new ones
+// (Dir/layers/<name>/, the old default /var/lib/sandcell/layers), and
+// image layers no imported image uses (Store.Images). It waits for running builds and blocks new ones
 // while it runs. Only Dir is pruned, never a shared store; a layer of Dir
 // that a language's stack uses on a shared store's lower layers is kept.
 //
@@ -428,6 +431,9 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 		res.Bytes += m.Bytes
 		s.log().Info("pruned layer", "id", "sha256:"+name, "kind", m.Kind, "language", m.Language, "bytes", m.Bytes)
 	}
+
+	// Image layers no imported image uses.
+	errs = append(errs, s.pruneImageLayers(&res))
 
 	// Store format 1 kept its layers in Dir/layers/<name>.
 	home, err := s.home()

@@ -163,6 +163,12 @@ func (s *Store) Root(lang Language) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return s.mountStack(lang, st)
+}
+
+// mountStack returns the mount point of st's overlay, mounting it unless
+// it is mounted, and caches it under lang (see cachedRoot).
+func (s *Store) mountStack(lang Language, st stack) (string, error) {
 	point, err := s.rootPoint(st)
 	if err != nil {
 		return "", err
