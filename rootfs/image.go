@@ -641,6 +641,35 @@ func (s *Store) VerifyImage(ctx context.Context, name string) error {
 	return nil
 }
 
+// languageImage is the stack of a catalogue language whose root is an
+// image (Language.Image). Not imported, the error wraps ErrNotBuilt and
+// says how to import it.
+func (s *Store) languageImage(lang Language) (stack, error) {
+	img, err := s.Image(lang.Image)
+	if errors.Is(err, ErrUnknownImage) {
+		return stack{}, fmt.Errorf("%s: %w: its root is the image %s, not imported (run: sandcell image import PATH --name %s)",
+			lang.Name, ErrNotBuilt, lang.Image, lang.Image)
+	}
+	if err != nil {
+		return stack{}, err
+	}
+	return s.imageStack(img)
+}
+
+// imageStatus is Status for a language whose root is an image.
+func (s *Store) imageStatus(lang Language, st Status) (Status, error) {
+	st.Image, st.Package = lang.Image, "image "+lang.Image
+	img, err := s.Image(lang.Image)
+	if errors.Is(err, ErrUnknownImage) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	st.Built, st.Layer, st.Bytes, st.StackBytes, st.BuiltAt = true, img.ConfigDigest, img.Bytes, img.Bytes, img.Imported
+	return st, nil
+}
+
 // imageRoots are the root ids of the imported images (for liveRoots).
 func (s *Store) imageRoots(live map[string]bool) {
 	imgs, err := s.Images()

@@ -37,8 +37,8 @@ func (s *Store) BuildWith(ctx context.Context, lang Language, fn func(Progress))
 	if err := lang.check(); err != nil {
 		return fmt.Errorf("%w %q: %w", ErrUnknownLanguage, lang.Name, err)
 	}
-	if _, err := s.resolve(lang); !errors.Is(err, ErrNotBuilt) {
-		return err // built already, or a real error
+	if _, err := s.resolve(lang); !errors.Is(err, ErrNotBuilt) || lang.Image != "" {
+		return err // built already (or imported: an image is not built), or a real error
 	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("building the %s layers needs root, or root of a user namespace (mmdebstrap root mode and chroot)", lang.Name)
@@ -482,6 +482,9 @@ func oldFormatEntry(p, name string) bool {
 // store) and compares it with the hash recorded at build time. A modified
 // layer is an error wrapping ErrModified that names the layer.
 func (s *Store) Verify(ctx context.Context, lang Language) error {
+	if lang.Image != "" {
+		return s.VerifyImage(ctx, lang.Image)
+	}
 	st, err := s.resolve(lang)
 	if err != nil {
 		return err

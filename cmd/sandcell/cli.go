@@ -32,11 +32,12 @@ type command struct {
 
 // commands are sandcell's subcommands, in the order of the help.
 var commands = []command{
-	{name: "run", synopsis: "--lang LANG (--code STRING | FILE) [flags]", summary: "run one program in a fresh sandbox", interspersed: true, setup: runCommand},
+	{name: "run", synopsis: "(--lang LANG (--code STRING | FILE) | --image NAME [-- ARGS]) [flags]", summary: "run one program in a fresh sandbox", interspersed: true, setup: runCommand},
 	{name: "batch", synopsis: "(--in FILE.jsonl[.gz] | --humaneval PATH) --out RESULTS.jsonl [flags]", summary: "run a JSON-lines file of programs (or HumanEval-X) and judge them", setup: batchCommand},
 	{name: "serve", synopsis: "[--stdio] [--http ADDR] [--tcp ADDR] [flags]", summary: "serve MCP on stdio, Streamable HTTP (--http) and TCP (--tcp)", setup: serveCommand},
 	{name: "rootfs", synopsis: "build|list|prune|verify [flags]", summary: "build, list, prune and verify language layers", setup: rootfsCommand},
 	{name: "build", synopsis: "[--all | LANG...]", summary: "same as rootfs build", setup: buildCommand},
+	{name: "image", synopsis: "import|list|rm [flags]", summary: "import OCI images (layouts, docker save archives) as run environments", setup: imageCommand},
 	{name: "languages", synopsis: "[--json]", summary: "list the languages and whether their layers are built", setup: languagesCommand},
 	{name: "doctor", synopsis: "[--json]", summary: "check what this host supports and how to fix what is missing", setup: doctorCommand},
 	{name: "setup", synopsis: "--user NAME [--memory SIZE] [--pids N] [--remove]", summary: "as root: delegate a cgroup subtree to a user (rootless with every limit)", setup: setupCommand},
