@@ -19,19 +19,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	ggcr "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/sandcell/sandcell/internal/testutil"
 )
 
 // The images of these tests are made here: layer tars written entry by
 // entry with archive/tar (hostile ones included), packed into OCI layouts
-// and docker save archives by go-containerregistry, an implementation
-// independent of sandcell's reader.
+// and docker save archives by go-containerregistry (internal/testutil),
+// an implementation independent of sandcell's reader.
 
 // ent is one entry of a test layer.
 type ent struct {
@@ -79,63 +76,6 @@ func tarWith(t testing.TB, trailer []byte, es ...ent) []byte {
 		t.Fatal(err)
 	}
 	return append(buf.Bytes(), trailer...)
-}
-
-// testImage is an OCI image of the layer tars (gzipped by
-// go-containerregistry), for linux on this host's architecture.
-func testImage(t testing.TB, cfg ggcr.Config, layers ...[]byte) ggcr.Image {
-	t.Helper()
-	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	var adds []mutate.Addendum
-	for _, b := range layers {
-		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
-			tarball.WithMediaType(types.OCILayer))
-		if err != nil {
-			t.Fatal(err)
-		}
-		adds = append(adds, mutate.Addendum{Layer: l, MediaType: types.OCILayer})
-	}
-	img, err := mutate.Append(img, adds...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Config = "linux", runtime.GOARCH, cfg
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
-// writeLayout writes img as an OCI image layout directory.
-func writeLayout(t testing.TB, dir string, img ggcr.Image, ref string) string {
-	t.Helper()
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": ref})); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// writeDockerArchive writes img as docker save writes it.
-func writeDockerArchive(t testing.TB, file string, img ggcr.Image, ref string) string {
-	t.Helper()
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tarball.WriteToFile(file, tag, img); err != nil {
-		t.Fatal(err)
-	}
-	return file
 }
 
 // tarDir packs dir (an OCI layout) into an archive, as skopeo's
@@ -299,8 +239,8 @@ func TestImportMultiLayer(t *testing.T) {
 	cfg := ggcr.Config{Env: []string{"PATH=/usr/local/bin:/bin", "HOME=/root", "LANG=C"}, Entrypoint: []string{"/bin/tool"},
 		Cmd: []string{"--help"}, WorkingDir: "/app", User: "app", ExposedPorts: map[string]struct{}{"80/tcp": {}},
 		Volumes: map[string]struct{}{"/data": {}}, Healthcheck: &ggcr.HealthConfig{Test: []string{"CMD", "true"}}}
-	img := testImage(t, cfg, multiLayers(t)...)
-	lay := writeLayout(t, filepath.Join(work, "layout"), img, "multi:1")
+	img := testutil.OCIImage(t, cfg, multiLayers(t)...)
+	lay := testutil.WriteLayout(t, filepath.Join(work, "layout"), img, "multi:1")
 
 	got, err := s.ImportImage(ctx, lay, ImportOptions{})
 	if err != nil {
@@ -342,7 +282,7 @@ func TestImportMultiLayer(t *testing.T) {
 	// The same image as a docker save archive and as an OCI archive:
 	// its layers are shared (nothing unpacked again), its root the same.
 	for _, src := range []struct{ path, name, kind string }{
-		{writeDockerArchive(t, filepath.Join(work, "docker.tar"), img, "example.com/team/multi:2"), "", SourceDockerArchive},
+		{testutil.WriteDockerArchive(t, filepath.Join(work, "docker.tar"), img, "example.com/team/multi:2"), "", SourceDockerArchive},
 		{tarDir(t, lay, filepath.Join(work, "oci.tar")), "multi-archive", SourceOCIArchive},
 	} {
 		again, err := s.ImportImage(ctx, src.path, ImportOptions{Name: src.name})
@@ -432,8 +372,8 @@ func TestImportHostile(t *testing.T) {
 			pax: map[string]string{"SCHILY.xattr.security.capability": "\x01\x00\x00\x02"}},
 		fileE("ok.txt", "the one plain file\n"),
 	)
-	img := testImage(t, ggcr.Config{}, layer)
-	archive := writeDockerArchive(t, filepath.Join(world, "hostile.tar"), img, "hostile:1")
+	img := testutil.OCIImage(t, ggcr.Config{}, layer)
+	archive := testutil.WriteDockerArchive(t, filepath.Join(world, "hostile.tar"), img, "hostile:1")
 	before := snapshot(t, world)
 	got, err := s.ImportImage(ctx, archive, ImportOptions{})
 	if err != nil {
@@ -567,7 +507,7 @@ func TestImportBounds(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			file := filepath.Join(top, c.name+".tar")
-			writeDockerArchive(t, file, testImage(t, ggcr.Config{}, c.layer()), "bounds:"+c.name)
+			testutil.WriteDockerArchive(t, file, testutil.OCIImage(t, ggcr.Config{}, c.layer()), "bounds:"+c.name)
 			_, err := s.ImportImage(ctx, file, c.opts)
 			if !errors.Is(err, ErrImageTooLarge) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("import: %v; want ErrImageTooLarge saying %q", err, c.want)
@@ -601,8 +541,8 @@ func TestImportRefusesBadImages(t *testing.T) {
 	ctx := context.Background()
 	top := t.TempDir()
 	s := &Store{Dir: filepath.Join(top, "store")}
-	img := testImage(t, ggcr.Config{}, tarOf(t, fileE("a", "a")))
-	lay := writeLayout(t, filepath.Join(top, "layout"), img, "ok")
+	img := testutil.OCIImage(t, ggcr.Config{}, tarOf(t, fileE("a", "a")))
+	lay := testutil.WriteLayout(t, filepath.Join(top, "layout"), img, "ok")
 	// A layer blob changed after the manifest was written.
 	m, _ := img.Manifest()
 	blob := filepath.Join(lay, "blobs/sha256", m.Layers[0].Digest.Hex)
@@ -615,13 +555,13 @@ func TestImportRefusesBadImages(t *testing.T) {
 	if _, err := s.ImportImage(ctx, lay, ImportOptions{}); !errors.Is(err, ErrBadImage) {
 		t.Errorf("tampered blob: %v, want ErrBadImage", err)
 	}
-	arm := testImage(t, ggcr.Config{}, tarOf(t, fileE("a", "a")))
+	arm := testutil.OCIImage(t, ggcr.Config{}, tarOf(t, fileE("a", "a")))
 	cf, _ := arm.ConfigFile()
 	cf = cf.DeepCopy()
 	cf.Architecture = "arm64"
 	arm, _ = mutate.ConfigFile(arm, cf)
 	if runtime.GOARCH != "arm64" {
-		_, err := s.ImportImage(ctx, writeDockerArchive(t, filepath.Join(top, "arm.tar"), arm, "arm:1"), ImportOptions{})
+		_, err := s.ImportImage(ctx, testutil.WriteDockerArchive(t, filepath.Join(top, "arm.tar"), arm, "arm:1"), ImportOptions{})
 		if !errors.Is(err, ErrBadImage) || !strings.Contains(err.Error(), "arm64") {
 			t.Errorf("arm64 image: %v, want ErrBadImage naming the platform", err)
 		}
