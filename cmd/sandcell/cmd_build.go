@@ -24,7 +24,9 @@ var rootfsCommands = []command{
 // rootfsCommand: sandcell rootfs build|list|prune|verify manages the layer
 // store (rootfsCommands).
 func rootfsCommand(_ *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
-	return func(ctx context.Context, args []string) int { return env.subcommand(ctx, "rootfs", rootfsCommands, args) }
+	return func(ctx context.Context, args []string) int {
+		return env.subcommand(ctx, "rootfs", rootfsCommands, args)
+	}
 }
 
 // store is the layer store, as every command sees it (config.Config.Store).
