@@ -6,10 +6,12 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -597,5 +599,61 @@ func TestCleanRemovesKilledImports(t *testing.T) {
 	ents, _ := os.ReadDir(filepath.Join(s.Dir, "rootfs/tmp"))
 	if len(ents) != 1 || !strings.HasPrefix(ents[0].Name(), "imgref-") {
 		t.Errorf("tmp after Clean: %v; want only the running import's", ents)
+	}
+}
+
+// TestCatalogueImageLanguage: the catalogue may name an imported image as
+// a language's root (data: an "image" entry with no packages).
+func TestCatalogueImageLanguage(t *testing.T) {
+	requireRoot(t)
+	var c map[string]any
+	if err := json.Unmarshal(languagesJSON, &c); err != nil {
+		t.Fatal(err)
+	}
+	entry := map[string]any{"name": "py-img", "image": "team/python:3", "source": "main.py",
+		"run": []string{"/usr/bin/python3", "/work/main.py"}, "version": []string{"/usr/bin/python3", "--version"}}
+	parse := func(extra map[string]any) (catalogue, error) {
+		c := maps.Clone(c)
+		c["languages"] = append(slices.Clone(c["languages"].([]any)), extra)
+		data, _ := json.Marshal(c)
+		return parseCatalogue(data)
+	}
+	cat, err := parse(entry)
+	if err != nil {
+		t.Fatalf("a language with an image: %v", err)
+	}
+	bad := maps.Clone(entry)
+	bad["packages"] = []string{"python3"}
+	if _, err := parse(bad); err == nil {
+		t.Error("a language with both an image and packages was accepted")
+	}
+	lang := cat.Languages[len(cat.Languages)-1]
+
+	ctx := context.Background()
+	s := fakeStore(t)
+	st, err := s.Status(lang)
+	if err != nil || st.Built || st.Image != "team/python:3" {
+		t.Errorf("Status before the import: %+v, %v; want not built, image named", st, err)
+	}
+	if _, err := s.Root(lang); !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "sandcell image import PATH --name team/python:3") {
+		t.Errorf("Root before the import: %v; want ErrNotBuilt naming the import", err)
+	}
+	if err := s.Build(ctx, lang); !errors.Is(err, ErrNotBuilt) {
+		t.Errorf("Build of an image language: %v; want ErrNotBuilt (an image is imported, not built)", err)
+	}
+	img := testutil.OCIImage(t, ggcr.Config{}, tarOf(t, fileE("usr/bin/python3", "not really\n")))
+	if _, err := s.ImportImage(ctx, testutil.WriteLayout(t, filepath.Join(t.TempDir(), "l"), img, "x"), ImportOptions{Name: "team/python:3"}); err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.Root(lang)
+	imgRoot, _, ierr := s.ImageRoot("team/python:3")
+	if err != nil || ierr != nil || root != imgRoot {
+		t.Errorf("Root of the image language = %s, %v; want the image's root %s, %v", root, err, imgRoot, ierr)
+	}
+	if st, err := s.Status(lang); err != nil || !st.Built || st.Layer == "" {
+		t.Errorf("Status after the import: %+v, %v", st, err)
+	}
+	if err := s.Verify(ctx, lang); err != nil {
+		t.Errorf("Verify: %v", err)
 	}
 }
