@@ -168,14 +168,7 @@ func imageMCP(t *testing.T, home, prog string) {
 	conn := newMCPConn(t, service.NewServer(service.New(a, ws, nil, nil), service.ServerOptions{Version: version}))
 	call := func(tool string, args map[string]any) (map[string]any, bool) {
 		t.Helper()
-		resp, err := conn.call(ctx, "tools/call", map[string]any{"name": tool, "arguments": args})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, _ := resp["result"].(map[string]any)
-		if r == nil {
-			t.Fatalf("%s: %v", tool, resp)
-		}
+		r := conn.tool(t, ctx, tool, args)
 		sc, _ := r["structuredContent"].(map[string]any)
 		return sc, r["isError"] == true
 	}
