@@ -40,6 +40,13 @@ type Request struct {
 	CompileLimits *Limits
 	// Isolation is "runc", "gvisor", or "" for the server's default.
 	Isolation string
+	// Image, if set, names an imported image (sandcell image import)
+	// whose root filesystem the run gets instead of the language's: the
+	// language's program (or Command) runs with the image's interpreter,
+	// compiler and environment. With neither a Language, Script nor
+	// Command, the image's own Entrypoint and Cmd run. The lock-down is
+	// the same as in a language's root.
+	Image string
 	// SessionID, if set, runs with the session's persistent /work.
 	SessionID string
 	// Dependencies are packages the run needs: their dependency layer is

@@ -125,17 +125,32 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 	if err != nil {
 		return api.Result{}, err
 	}
+	img, err := e.openImage(req, lang)
+	if err != nil {
+		return api.Result{}, err
+	}
 	compileArgs, runArgs := lang.Compile, lang.Run
 	files := slices.Clone(req.Files)
+	var cwd string
 	switch {
 	case req.Command != nil:
 		compileArgs, runArgs = nil, req.Command
 	case req.Script != "":
 		compileArgs, runArgs = scriptArgs(lang, lang.Compile, req.Script), scriptArgs(lang, lang.Run, req.Script)
+	case img != nil && ownProgram(req.Request):
+		if runArgs, err = img.entrypoint(req.Args); err != nil {
+			return api.Result{}, err
+		}
+		compileArgs, cwd = nil, img.img.Config.WorkingDir
 	default:
 		files = append(files, api.File{Path: lang.Source, Data: req.Source, Mode: 0o644})
 	}
-	runArgs = append(slices.Clone(runArgs), req.Args...)
+	if img == nil || !ownProgram(req.Request) {
+		runArgs = append(slices.Clone(runArgs), req.Args...)
+	}
+	if img != nil {
+		compileArgs, runArgs = img.resolve(compileArgs), img.resolve(runArgs)
+	}
 	var compileLim = runLim
 	if len(compileArgs) > 0 {
 		var more []string
@@ -148,19 +163,27 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 		}
 		notes = append(notes, more...)
 	}
-	root, err := e.root(ctx, lang, req.Output)
-	if err != nil {
+	var root string
+	if img != nil {
+		root = img.root
+	} else if root, err = e.root(ctx, lang, req.Output); err != nil {
 		return api.Result{}, err
 	}
 	defer adm.release()
-	deps, err := e.runDeps(ctx, lang, req, adm)
-	if err != nil {
-		return api.Result{}, err
+	var deps *Deps
+	if img == nil { // a session's dependency sets are for language layers (openImage refuses new ones)
+		if deps, err = e.runDeps(ctx, lang, req, adm); err != nil {
+			return api.Result{}, err
+		}
 	}
 	if err := adm.enter(ctx); err != nil {
 		return api.Result{}, err
 	}
-	env := append(slices.Clone(lang.Env), req.Env...)
+	var env []string
+	if img != nil {
+		env = img.env() // the language's and the request's come after: theirs win
+	}
+	env = append(append(env, lang.Env...), req.Env...)
 	var mounts []oci.Mount
 	if deps != nil {
 		mounts, env = deps.mounts(), append(env, deps.Env...)
@@ -172,7 +195,7 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 		return func(stream, text string) { req.Output(prefix+stream, text) }
 	}
 	phase := func(args []string, lim limits.Set, files []api.File, stdin []byte, stream io.Reader, prefix string, collect func([]api.File)) (api.Phase, error) {
-		return oci.Run(ctx, rt, &oci.Request{Root: root, Args: args, Env: env, Stdin: stdin, StdinStream: stream, Files: files, Limits: lim,
+		return oci.Run(ctx, rt, &oci.Request{Root: root, Args: args, Env: env, Cwd: cwd, Stdin: stdin, StdinStream: stream, Files: files, Limits: lim,
 			Collect: collect, Workspace: req.Workspace, WorkBytes: req.WorkBytes, OnOutput: output(prefix), Mounts: mounts})
 	}
 
@@ -255,6 +278,10 @@ func (a *admission) release() {
 // per request, here.
 func (e *Executor) language(req api.Request) (rootfs.Language, error) {
 	switch {
+	case req.Image != "" && req.Language == "" && req.Script == "":
+		// The image's own program, or a command: the image is the whole
+		// environment.
+		return rootfs.Language{Name: "image"}, nil
 	case req.Language != "":
 		return rootfs.Lookup(req.Language)
 	case req.Script != "":

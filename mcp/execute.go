@@ -50,6 +50,7 @@ type ExecuteInput struct {
 	// Dependencies is offered only when the server installs packages
 	// (ExecuteToolOptions.Dependencies).
 	Dependencies []string `json:"dependencies,omitempty" jsonschema:"packages the program imports (e.g. requests==2.31.0): installed once from the allowlisted index (see install_dependencies), then mounted read-only"`
+	Image        string   `json:"image,omitempty" jsonschema:"run in this imported image (see list_languages' images): it provides the language's interpreter or compiler; isolation, limits and network are the same"`
 	RunOptions
 }
 
@@ -66,6 +67,7 @@ type CommandInput struct {
 	Argv      []string `json:"argv,omitempty" jsonschema:"the program and its arguments, run without a shell (give command or argv)"`
 	Language  string   `json:"language,omitempty" jsonschema:"whose root filesystem to run in (its tools are on PATH); default: the session's language, else a minimal shell environment"`
 	SessionID string   `json:"session_id,omitempty" jsonschema:"run in this session's persistent /work (the working directory)"`
+	Image     string   `json:"image,omitempty" jsonschema:"run in this imported image (see list_languages' images); without command or argv, the image's own entrypoint and cmd run"`
 	RunOptions
 }
 
@@ -185,7 +187,7 @@ func AddExecuteCode(s *Server, exec Executor, opts *ExecuteToolOptions) {
 			return nil, api.Result{}, err
 		}
 		er := api.Request{Language: in.Language, Source: []byte(in.Source), Args: in.Args, Files: files, SessionID: in.SessionID,
-			Dependencies: in.Dependencies}
+			Dependencies: in.Dependencies, Image: in.Image}
 		return runTool(ctx, s, exec, req, o, er, in.RunOptions)
 	})
 }
@@ -206,10 +208,12 @@ func AddRunCommand(s *Server, exec Executor, opts *ExecuteToolOptions) {
 			argv = []string{"/bin/sh", "-c", in.Command}
 		case len(in.Argv) > 0 && in.Argv[0] != "":
 			argv = in.Argv
+		case in.Image != "" && len(in.Argv) == 0:
+			// The image's own entrypoint and cmd.
 		default:
 			return nil, api.Result{}, errors.New("give a command (a shell command line) or argv (a program and its arguments)")
 		}
-		er := api.Request{Language: in.Language, Command: argv, SessionID: in.SessionID}
+		er := api.Request{Language: in.Language, Command: argv, SessionID: in.SessionID, Image: in.Image}
 		return runTool(ctx, s, exec, req, o, er, in.RunOptions)
 	})
 }

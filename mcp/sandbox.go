@@ -47,12 +47,14 @@ type LanguageInfo struct {
 	Compiled bool     `json:"compiled" jsonschema:"a compile phase runs before the program"`
 	Source   string   `json:"source" jsonschema:"the file name the program is written to in /work"`
 	Ready    bool     `json:"ready" jsonschema:"its root filesystem is built (otherwise the first run builds it, or fails if the server may not build)"`
+	Image    string   `json:"image,omitempty" jsonschema:"the imported image that is its root filesystem (ready: imported)"`
 }
 
 // SessionInfo describes a session.
 type SessionInfo struct {
 	SessionID string    `json:"session_id" jsonschema:"pass it to the other tools"`
 	Language  string    `json:"language,omitempty" jsonschema:"the session's default language"`
+	Image     string    `json:"image,omitempty" jsonschema:"the imported image the session's runs are in"`
 	Expires   time.Time `json:"expires" jsonschema:"when the session is removed if left idle (every use extends it)"`
 	TTLSecs   int64     `json:"ttl_seconds" jsonschema:"idle time after which the session is removed"`
 	QuotaB    int64     `json:"quota_bytes" jsonschema:"the most its /work may hold"`
@@ -153,6 +155,7 @@ func AddSandboxTools(s *Server, sb Sandbox, opts *SandboxOptions) {
 type createSessionInput struct {
 	Language string `json:"language,omitempty" jsonschema:"the session's default language (for run_command and run_script)"`
 	TTL      int64  `json:"ttl,omitempty" jsonschema:"idle time in seconds after which the session and its files are removed (default: the server's, usually 86400)"`
+	Image    string `json:"image,omitempty" jsonschema:"run the session's programs in this imported image (see list_languages' images) unless a run names another"`
 }
 
 type sessionInput struct {
@@ -174,7 +177,18 @@ func addSessionTools(s *Server, sb Sandbox) {
 			if in.TTL < 0 {
 				return nil, SessionInfo{}, errors.New("ttl must be a positive number of seconds")
 			}
-			info, err := sb.CreateSession(ctx, in.Language, time.Duration(mulSat(in.TTL, int64(time.Second))))
+			ttl := time.Duration(mulSat(in.TTL, int64(time.Second)))
+			var info SessionInfo
+			var err error
+			if in.Image != "" {
+				imgs, ok := sb.(Images)
+				if !ok {
+					return nil, SessionInfo{}, errors.New("this server runs no imported images")
+				}
+				info, err = imgs.CreateImageSession(ctx, in.Language, in.Image, ttl)
+			} else {
+				info, err = sb.CreateSession(ctx, in.Language, ttl)
+			}
 			if err != nil {
 				return nil, SessionInfo{}, err
 			}
@@ -396,6 +410,7 @@ func addFileTools(s *Server, sb Sandbox, o SandboxOptions) {
 
 type listLanguagesOutput struct {
 	Languages []LanguageInfo `json:"languages" jsonschema:"the languages this server runs"`
+	Images    []ImageInfo    `json:"images,omitempty" jsonschema:"imported images: pass one as image to run a language's program (or a command) in it"`
 }
 
 func addListLanguages(s *Server, sb Sandbox) {
@@ -404,7 +419,14 @@ func addListLanguages(s *Server, sb Sandbox) {
 		Annotations: &ToolAnnotations{Title: "List the languages", ReadOnlyHint: Ptr(true), DestructiveHint: Ptr(false), IdempotentHint: Ptr(true), OpenWorldHint: Ptr(false)}},
 		func(ctx context.Context, req *CallToolRequest, _ struct{}) (*CallToolResult, listLanguagesOutput, error) {
 			langs, err := sb.Languages(ctx)
-			return nil, listLanguagesOutput{Languages: langs}, err
+			if err != nil {
+				return nil, listLanguagesOutput{}, err
+			}
+			out := listLanguagesOutput{Languages: langs}
+			if imgs, ok := sb.(Images); ok {
+				out.Images, err = imgs.Images(ctx)
+			}
+			return nil, out, err
 		})
 }
 

@@ -65,6 +65,14 @@ type Language struct {
 	// Trim are patterns of paths removed from the layer, in addition to
 	// the catalogue's own Trim (see trim.go for the syntax).
 	Trim []string `json:"trim,omitempty"`
+
+	// Image, instead of a build recipe, names an imported image (sandcell
+	// image import PATH --name NAME) as the language's root: the
+	// language's program runs with the image's interpreter or compiler
+	// (an absolute program the image lacks is found by its base name on
+	// the image's PATH), e.g. a newer python served under its own name.
+	// Packages, Extends, Setup, Links and Trim are then empty.
+	Image string `json:"image,omitempty"`
 }
 
 // Compiled reports whether the language has a compile phase.
@@ -185,7 +193,11 @@ func (l Language) check() error {
 	switch {
 	case !nameRE.MatchString(l.Name):
 		return fmt.Errorf("name must match %s", nameRE)
-	case len(l.Packages) == 0:
+	case l.Image != "" && !imageNameRE.MatchString(l.Image):
+		return fmt.Errorf("image %q must match %s", l.Image, imageNameRE)
+	case l.Image != "" && (len(l.Packages) > 0 || l.Extends != "" || len(l.Setup) > 0 || len(l.Links) > 0 || len(l.Trim) > 0):
+		return fmt.Errorf("a language with an image has no packages, extends or build recipe")
+	case len(l.Packages) == 0 && l.Image == "":
 		return fmt.Errorf("no packages")
 	case l.Source == "" || l.Source != path.Base(l.Source) || strings.HasPrefix(l.Source, "."):
 		return fmt.Errorf("source %q must be a plain file name", l.Source)

@@ -163,6 +163,12 @@ func (s *Store) Root(lang Language) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return s.mountStack(lang, st)
+}
+
+// mountStack returns the mount point of st's overlay, mounting it unless
+// it is mounted, and caches it under lang (see cachedRoot).
+func (s *Store) mountStack(lang Language, st stack) (string, error) {
 	point, err := s.rootPoint(st)
 	if err != nil {
 		return "", err
@@ -229,7 +235,7 @@ func (s *Store) forget(name string) {
 
 // sameRecipe reports whether a and b build the same layers.
 func sameRecipe(a, b Language) bool {
-	return a.Name == b.Name && a.Extends == b.Extends && slices.Equal(a.Packages, b.Packages) &&
+	return a.Name == b.Name && a.Image == b.Image && a.Extends == b.Extends && slices.Equal(a.Packages, b.Packages) &&
 		slices.EqualFunc(a.Setup, b.Setup, slices.Equal) && maps.Equal(a.Links, b.Links) && slices.Equal(a.Trim, b.Trim)
 }
 
@@ -268,6 +274,9 @@ func (st stack) rootID() string {
 func (s *Store) resolve(lang Language) (stack, error) {
 	if !nameRE.MatchString(lang.Name) {
 		return stack{}, fmt.Errorf("%w %q", ErrUnknownLanguage, lang.Name)
+	}
+	if lang.Image != "" {
+		return s.languageImage(lang)
 	}
 	specs, err := chain(lang)
 	if err != nil {
@@ -758,6 +767,9 @@ type Status struct {
 	BuildSecs  float64 `json:"build_seconds,omitempty"`
 	// BuiltAt is when the language's own layer was built.
 	BuiltAt time.Time `json:"built_at,omitzero"`
+	// Image is the imported image that is the language's root (Language.Image);
+	// Built then says it is imported and Layer is its config digest.
+	Image string `json:"image,omitempty"`
 }
 
 // Status reports lang's state in the store, without building or mounting
@@ -766,6 +778,9 @@ func (s *Store) Status(lang Language) (Status, error) {
 	st := Status{Language: lang.Name, Aliases: slices.Clone(lang.Aliases), Compiled: lang.Compiled()}
 	if len(lang.Packages) > 0 {
 		st.Package = lang.Packages[0]
+	}
+	if lang.Image != "" {
+		return s.imageStatus(lang, st)
 	}
 	stack, err := s.Layers(lang)
 	if errors.Is(err, ErrNotBuilt) {

@@ -83,7 +83,12 @@ func (s *Service) Execute(ctx context.Context, req api.Request) (api.Result, err
 	err := s.locked(ctx, req.SessionID, func(sess *workspace.Session) error {
 		ran = true
 		m := sess.Meta()
-		if er.Language == "" && er.Script == "" {
+		if er.Image == "" {
+			er.Image = m.Image
+		}
+		// A session's language is the default of its runs, except for the
+		// image's own program (run_command without a command).
+		if er.Language == "" && er.Script == "" && (er.Image == "" || er.Command != nil || er.Source != nil) {
 			er.Language = m.Language
 		}
 		work := &sessionWork{sess: sess, log: s.log}
@@ -204,7 +209,7 @@ func (s *Service) Languages(context.Context) ([]mcp.LanguageInfo, error) {
 			return nil, err
 		}
 		out = append(out, mcp.LanguageInfo{Name: l.Name, Aliases: slices.Clone(l.Aliases), Version: st.Version,
-			Compiled: l.Compiled(), Source: l.Source, Ready: st.Built})
+			Compiled: l.Compiled(), Source: l.Source, Ready: st.Built, Image: l.Image})
 	}
 	return out, nil
 }

@@ -48,12 +48,13 @@ func init() { commands = commandTable() }
 
 func commandTable() []command {
 	return []command{
-		{name: "run", synopsis: "--lang LANG (--code STRING | FILE) [flags]", summary: "run one program in a fresh sandbox", interspersed: true, setup: runCommand},
+		{name: "run", synopsis: "(--lang LANG (--code STRING | FILE) | --image NAME [-- ARGS]) [flags]", summary: "run one program in a fresh sandbox", interspersed: true, setup: runCommand},
 		{name: "batch", synopsis: "(--in FILE.jsonl[.gz] | --humaneval PATH) --out RESULTS.jsonl [flags]", summary: "run a JSON-lines file of programs (or HumanEval-X) and judge them", setup: batchCommand,
 			subs: []command{{name: "merge", synopsis: "(--in FILE | --humaneval PATH [--lang L] [--samples S]) --out MERGED.jsonl [--summary S.json] SHARD.jsonl...", summary: "combine the results of `batch --shard K/N` into one file and a summary (verdicts, languages, pass@k, throughput)", setup: batchMergeCommand}}},
 		{name: "serve", synopsis: "[--stdio] [--http ADDR] [--tcp ADDR] [flags]", summary: "serve MCP on stdio, Streamable HTTP (--http) and TCP (--tcp)", configured: true, setup: serveCommand},
 		{name: "rootfs", synopsis: "build|list|prune|verify [flags]", summary: "build, list, prune and verify language layers", setup: rootfsCommand, subs: rootfsCommands},
 		{name: "build", synopsis: "[--all | LANG...]", summary: "same as rootfs build", setup: buildCommand},
+		{name: "image", synopsis: "import|list|rm [flags]", summary: "import OCI images (layouts, docker save archives) as run environments", setup: imageCommand, subs: imageCommands},
 		{name: "languages", synopsis: "[--json]", summary: "list the languages and whether their layers are built", setup: languagesCommand},
 		{name: "doctor", synopsis: "[--json]", summary: "check what this host supports and how to fix what is missing", setup: doctorCommand},
 		{name: "config", synopsis: "check FILE | show", summary: "validate a config file, or print the effective configuration", setup: configCommand},
@@ -240,6 +241,23 @@ func hasFlags(fs *flag.FlagSet) bool {
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
 	return n > 0
+}
+
+// subcommandUsage is the body of a command that only groups subcommands
+// (parse dispatches "NAME SUB"): it names an unknown one and lists them.
+func (e *cliEnv) subcommandUsage(name string, cmds []command, args []string) int {
+	if len(args) > 0 {
+		fmt.Fprintf(e.stderr, "sandcell %s: unknown command %q\n", name, args[0])
+	}
+	names := make([]string, len(cmds))
+	for i, c := range cmds {
+		names[i] = c.name
+	}
+	fmt.Fprintf(e.stderr, "usage: sandcell %s %s [flags]\n", name, strings.Join(names, "|"))
+	for _, c := range cmds {
+		fmt.Fprintf(e.stderr, "  %-8s %s\n", c.name, c.summary)
+	}
+	return 2
 }
 
 // usageError prints a usage mistake of command name and returns 2.

@@ -17,7 +17,7 @@ import (
 var rootfsCommands = []command{
 	{name: "build", synopsis: "[--all | LANG...]", summary: "build missing layers (none named: all of them)", setup: buildCommand},
 	{name: "list", synopsis: "[--json]", summary: "languages: layer id, version, size, build time", setup: rootfsListCommand},
-	{name: "prune", summary: "remove layers no language of the catalogue uses", setup: rootfsPruneCommand},
+	{name: "prune", summary: "remove layers no language of the catalogue and no imported image uses", setup: rootfsPruneCommand},
 	{name: "verify", synopsis: "[LANG...]", summary: "re-hash layers (default: every layer in the store)", setup: rootfsVerifyCommand},
 }
 
@@ -26,14 +26,7 @@ var rootfsCommands = []command{
 // is what runs without one of them.
 func rootfsCommand(_ *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
 	return func(ctx context.Context, args []string) int {
-		if len(args) > 0 {
-			fmt.Fprintf(env.stderr, "sandcell rootfs: unknown command %q\n", args[0])
-		}
-		fmt.Fprintln(env.stderr, "usage: sandcell rootfs build|list|prune|verify [flags]")
-		for _, c := range rootfsCommands {
-			fmt.Fprintf(env.stderr, "  %-8s %s\n", c.name, c.summary)
-		}
-		return 2
+		return env.subcommandUsage("rootfs", rootfsCommands, args)
 	}
 }
 
@@ -234,9 +227,24 @@ func printLanguages(env *cliEnv, sts []rootfs.Status) {
 		if !st.Built {
 			state = "not built (sandcell rootfs build " + st.Language + ")"
 		}
+		if st.Image != "" {
+			state = "image " + st.Image
+			if !st.Built {
+				state += " not imported (sandcell image import PATH --name " + st.Image + ")"
+			}
+		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\n", st.Language, strings.Join(st.Aliases, ","), cmpOr(st.Version, "-"), st.Compiled, state)
 	}
 	w.Flush()
+	// Imported images are run environments for any language (--image,
+	// the MCP tools' image argument); 'sandcell image list --json' lists
+	// them as JSON.
+	if imgs, err := env.store().Images(); err != nil {
+		fmt.Fprintf(env.stderr, "sandcell: listing images: %v\n", err)
+	} else if len(imgs) > 0 {
+		fmt.Fprintln(env.stdout)
+		printImages(env, imgs)
+	}
 }
 
 func writeJSON(w io.Writer, v any) int {

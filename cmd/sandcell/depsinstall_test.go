@@ -306,15 +306,7 @@ func TestInstallDependencies(t *testing.T) {
 		conn := newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version.String()}))
 		call := func(tool string, args map[string]any) map[string]any {
 			t.Helper()
-			resp, err := conn.call(ctx, "tools/call", map[string]any{"name": tool, "arguments": args})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, _ := resp["result"].(map[string]any)
-			if r == nil {
-				t.Fatalf("%s: %v", tool, resp)
-			}
-			return r
+			return conn.tool(t, ctx, tool, args)
 		}
 		r := call("install_dependencies", map[string]any{"language": "python", "packages": []string{"sandcellfixture==1.0"}})
 		sc, _ := r["structuredContent"].(map[string]any)

@@ -1255,6 +1255,21 @@ func (c *mcpConn) send(msg map[string]any) {
 	c.in.Write(append(b, '\n'))
 }
 
+// tool calls an MCP tool and returns its result (the test fails on a
+// protocol error).
+func (c *mcpConn) tool(t *testing.T, ctx context.Context, name string, args map[string]any) map[string]any {
+	t.Helper()
+	resp, err := c.call(ctx, "tools/call", map[string]any{"name": name, "arguments": args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := resp["result"].(map[string]any)
+	if r == nil {
+		t.Fatalf("%s: %v", name, resp)
+	}
+	return r
+}
+
 func (c *mcpConn) call(ctx context.Context, method string, params any) (map[string]any, error) {
 	ch := make(chan map[string]any, 1)
 	c.mu.Lock()

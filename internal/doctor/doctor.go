@@ -105,7 +105,29 @@ func Checks(ctx context.Context, cfg *config.Config) []Check {
 		}
 		cs = append(cs, c)
 	}
-	return cs
+	return append(cs, imageCheck(store, cfg.LayerDir))
+}
+
+// imageCheck reports the imported images (run environments of --image).
+func imageCheck(store *rootfs.Store, home string) Check {
+	c := Check{Name: "image store", OK: true}
+	imgs, err := store.Images()
+	if err != nil {
+		c.OK, c.Detail, c.Fix = false, err.Error(), "sandcell image rm NAME (or remove the damaged record from "+home+"/rootfs/images/refs)"
+		return c
+	}
+	var bytes int64
+	names := make([]string, len(imgs))
+	for i, img := range imgs {
+		names[i], bytes = img.Name, bytes+img.Bytes
+	}
+	c.Detail = fmt.Sprintf("%d images in %s/rootfs/images", len(imgs), home)
+	if len(imgs) > 0 {
+		c.Detail += fmt.Sprintf(" (%s; %.1f MB unpacked, shared layers counted per image)", strings.Join(names, ", "), float64(bytes)/1e6)
+	} else {
+		c.Detail += " (import one: sandcell image import PATH --name NAME)"
+	}
+	return c
 }
 
 // SlurmCheck is the note on a run inside a Slurm job (SLURM_JOB_ID set;
