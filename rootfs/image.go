@@ -178,6 +178,9 @@ type ImportOptions struct {
 	MaxEntries int64
 	MaxDepth   int
 	MaxLayers  int
+	// Progress, if set, is told before each layer: its number (from 1),
+	// the layer count and its diff id.
+	Progress func(layer, layers int, diffID string)
 }
 
 // ImportImage imports the image at path: an OCI image layout directory,
@@ -256,6 +259,9 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 			// stack is the same root.
 			img.Report.Layers--
 			continue
+		}
+		if opts.Progress != nil {
+			opts.Progress(i+1, len(ri.layers), l.diffID)
 		}
 		rec, shared, err := s.importLayer(ctx, src, l, b)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sandcell/sandcell/internal/progress"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -72,13 +73,11 @@ func buildLayers(ctx context.Context, env *cliEnv, args []string) int {
 	store := env.store()
 	for _, l := range langs {
 		start := time.Now()
-		// On a terminal, a progress bar goes here (a library such as
-		// github.com/schollz/progressbar/v3: bar.ChangeMax(p.Total),
-		// bar.Set(p.Done), bar.Describe(p.Layer+": "+p.Step)); plain lines
-		// otherwise.
+		bar := progress.New(env.stderr, l.Name+" layers", 0, 5*time.Second)
 		err := store.BuildWith(ctx, l, func(p rootfs.Progress) {
-			fmt.Fprintf(env.stderr, "%s: [%d/%d] %s layer: %s\n", p.Language, p.Done, p.Total, p.Layer, p.Step)
+			bar.Set(p.Done, p.Total, p.Layer+" layer: "+p.Step)
 		})
+		bar.Finish()
 		if err != nil {
 			return env.fail(fmt.Errorf("build %s: %w", l.Name, err))
 		}

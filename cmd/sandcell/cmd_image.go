@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/sandcell/sandcell/internal/config"
+	"github.com/sandcell/sandcell/internal/progress"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -35,7 +37,15 @@ func imageImportCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []s
 		if len(args) != 1 {
 			return env.usageError("image import", "give one PATH: an OCI image layout directory, an OCI archive or a docker save archive")
 		}
+		bar := progress.New(env.stderr, "image import", 0, 5*time.Second)
+		opts.Progress = func(layer, layers int, diffID string) {
+			bar.Set(layer-1, layers, fmt.Sprintf("layer %d of %d, %.19s", layer, layers, diffID))
+		}
 		img, err := env.store().ImportImage(ctx, args[0], opts)
+		if err == nil {
+			bar.Set(img.Report.Layers, 0, "done")
+		}
+		bar.Finish()
 		if err != nil {
 			return env.fail(err)
 		}
