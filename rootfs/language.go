@@ -65,6 +65,12 @@ type Language struct {
 	// Trim are patterns of paths removed from the layer, in addition to
 	// the catalogue's own Trim (see trim.go for the syntax).
 	Trim []string `json:"trim,omitempty"`
+
+	// Wasm, if set, offers the language under isolation wasm (see Wasm).
+	Wasm *Wasm `json:"wasm,omitempty"`
+	// Fetch are registry files of the layer: set only on a wasm variant
+	// (WasmVariant), part of its recipe.
+	Fetch []Fetch `json:"-"`
 }
 
 // Compiled reports whether the language has a compile phase.
@@ -146,6 +152,11 @@ func parseCatalogue(data []byte) (catalogue, error) {
 	}
 	seen := map[string]string{} // lower-cased name or alias -> language
 	names := map[string]int{}   // name -> index
+	all := map[string]bool{}
+	for _, l := range c.Languages {
+		all[l.Name] = true
+	}
+	before := map[string]Language{}
 	for i, l := range c.Languages {
 		if err := l.check(); err != nil {
 			return catalogue{}, fmt.Errorf("language %q: %w", l.Name, err)
@@ -157,7 +168,14 @@ func parseCatalogue(data []byte) (catalogue, error) {
 			}
 			seen[k] = l.Name
 		}
+		if err := l.checkWasm(before, all); err != nil {
+			return catalogue{}, fmt.Errorf("language %q: %w", l.Name, err)
+		}
+		if strings.HasSuffix(l.Name, WasmSuffix) {
+			return catalogue{}, fmt.Errorf("language %q: names ending in %s are the wasm variants'", l.Name, WasmSuffix)
+		}
 		names[l.Name] = i
+		before[l.Name] = l
 	}
 	for _, in := range c.Installers {
 		if err := in.check(c); err != nil {
@@ -185,7 +203,7 @@ func (l Language) check() error {
 	switch {
 	case !nameRE.MatchString(l.Name):
 		return fmt.Errorf("name must match %s", nameRE)
-	case len(l.Packages) == 0:
+	case len(l.Packages) == 0 && len(l.Fetch) == 0:
 		return fmt.Errorf("no packages")
 	case l.Source == "" || l.Source != path.Base(l.Source) || strings.HasPrefix(l.Source, "."):
 		return fmt.Errorf("source %q must be a plain file name", l.Source)
@@ -306,6 +324,13 @@ func (l Language) clone() Language {
 	l.Setup = cloneArgvs(l.Setup)
 	l.Links = maps.Clone(l.Links)
 	l.Trim = slices.Clone(l.Trim)
+	l.Fetch = cloneFetch(l.Fetch)
+	if l.Wasm != nil {
+		w := *l.Wasm
+		w.Packages, w.Setup, w.Links, w.Trim = slices.Clone(w.Packages), cloneArgvs(w.Setup), maps.Clone(w.Links), slices.Clone(w.Trim)
+		w.Fetch, w.Compile, w.Run, w.Env = cloneFetch(w.Fetch), slices.Clone(w.Compile), slices.Clone(w.Run), slices.Clone(w.Env)
+		l.Wasm = &w
+	}
 	return l
 }
 

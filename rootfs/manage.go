@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -256,7 +255,7 @@ func (s *Store) Clean() error {
 // liveRoots are the root ids of the catalogue's built languages.
 func (s *Store) liveRoots() map[string]bool {
 	live := map[string]bool{}
-	for _, l := range cat.Languages {
+	for _, l := range usedLayers() {
 		if st, err := s.resolve(l); err == nil {
 			live[st.rootID()] = true
 		}
@@ -350,7 +349,7 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 	} else if ok {
 		liveIDs[ref.hex] = true
 	}
-	for _, l := range append(slices.Clone(cat.Languages), installerLayers()...) {
+	for _, l := range usedLayers() {
 		specs, err := chain(l)
 		if err != nil {
 			return res, err

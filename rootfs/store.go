@@ -230,7 +230,10 @@ func (s *Store) forget(name string) {
 // sameRecipe reports whether a and b build the same layers.
 func sameRecipe(a, b Language) bool {
 	return a.Name == b.Name && a.Extends == b.Extends && slices.Equal(a.Packages, b.Packages) &&
-		slices.EqualFunc(a.Setup, b.Setup, slices.Equal) && maps.Equal(a.Links, b.Links) && slices.Equal(a.Trim, b.Trim)
+		slices.EqualFunc(a.Setup, b.Setup, slices.Equal) && maps.Equal(a.Links, b.Links) && slices.Equal(a.Trim, b.Trim) &&
+		slices.EqualFunc(a.Fetch, b.Fetch, func(x, y Fetch) bool {
+			return x.NPM == y.NPM && x.Integrity == y.Integrity && maps.Equal(x.Files, y.Files)
+		})
 }
 
 // stack is a language's resolved layers.

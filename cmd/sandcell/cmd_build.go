@@ -56,6 +56,11 @@ func languagesArg(names []string, def []rootfs.Language) ([]rootfs.Language, err
 		if inst, ierr := rootfs.InstallerFor(n); err != nil && ierr == nil && inst.Name == n {
 			l, err = inst.Layer(), nil // an installer's layer: "rootfs build python-pip"
 		}
+		if base, ok := strings.CutSuffix(n, rootfs.WasmSuffix); ok && err != nil {
+			if wl, werr := rootfs.Lookup(base); werr == nil {
+				l, err = wl.WasmVariant() // a wasm variant's layers: "rootfs build c-wasm"
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -77,6 +82,7 @@ func buildLayers(ctx context.Context, env *cliEnv, args []string) int {
 	for _, inst := range rootfs.Installers() {
 		all = append(all, inst.Layer()) // the package managers' layers (install_dependencies)
 	}
+	all = append(all, rootfs.WasmLayers()...) // the wasm variants' toolchains and modules
 	langs, err := languagesArg(args, all)
 	if err != nil {
 		return env.fail(err)
