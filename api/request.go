@@ -28,7 +28,7 @@ type Request struct {
 	// Limits may tighten or loosen the server's defaults within its
 	// ceilings; zero fields mean "the default".
 	Limits Limits
-	// Isolation is "runc", "gvisor", or "" for the server's default.
+	// Isolation is "runc", "gvisor", "wasm", or "" for the server's default.
 	Isolation string
 	// SessionID, if set, runs with the session's persistent /work.
 	SessionID string

@@ -13,6 +13,7 @@ import (
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
+	"github.com/sandcell/sandcell/wasm"
 )
 
 // Caps on what a request may carry, so that a hostile or broken caller
@@ -68,6 +69,14 @@ func (e *Executor) Execute(ctx context.Context, req Request) (api.Result, error)
 	if err != nil {
 		return api.Result{}, err
 	}
+	var wp *wasmPlan // isolation wasm: the variant, its phases' runtimes and roots
+	if _, ok := rt.(*wasm.Runtime); ok {
+		p, err := e.planWasm(ctx, lang, req)
+		if err != nil {
+			return api.Result{}, err
+		}
+		wp, lang = &p, p.lang
+	}
 	if len(req.Source) > MaxSourceBytes {
 		return api.Result{}, fmt.Errorf("%w: source is %d bytes, at most %d", ErrTooLarge, len(req.Source), MaxSourceBytes)
 	}
@@ -97,9 +106,13 @@ func (e *Executor) Execute(ctx context.Context, req Request) (api.Result, error)
 		}
 		notes = append(notes, more...)
 	}
-	root, err := e.root(ctx, lang)
-	if err != nil {
+	compileRT, compileRoot, root := rt, "", ""
+	if wp != nil {
+		compileRT, compileRoot, root = wp.compileRT, wp.compileRoot, wp.runRoot
+	} else if root, err = e.root(ctx, lang); err != nil {
 		return api.Result{}, err
+	} else {
+		compileRoot = root
 	}
 	adm := &admission{admit: req.Admit}
 	defer adm.release()
@@ -121,7 +134,7 @@ func (e *Executor) Execute(ctx context.Context, req Request) (api.Result, error)
 		}
 		return func(stream, text string) { req.Output(prefix+stream, text) }
 	}
-	phase := func(args []string, lim limits.Set, files []api.File, stdin []byte, prefix string, collect func([]api.File)) (api.Phase, error) {
+	phase := func(rt oci.Runtime, root string, args []string, lim limits.Set, files []api.File, stdin []byte, prefix string, collect func([]api.File)) (api.Phase, error) {
 		return oci.Run(ctx, rt, &oci.Request{Root: root, Args: args, Env: env, Stdin: stdin, Files: files, Limits: lim,
 			Collect: collect, Workspace: req.Workspace, WorkBytes: req.WorkBytes, OnOutput: output(prefix), Mounts: mounts})
 	}
@@ -133,7 +146,7 @@ func (e *Executor) Execute(ctx context.Context, req Request) (api.Result, error)
 		if req.Workspace == nil {
 			collect = func(f []api.File) { files = f }
 		}
-		c, err := phase(compileArgs, compileLim, files, nil, "compile ", collect)
+		c, err := phase(compileRT, compileRoot, compileArgs, compileLim, files, nil, "compile ", collect)
 		if refused(err) {
 			return api.Result{}, err
 		}
@@ -153,7 +166,7 @@ func (e *Executor) Execute(ctx context.Context, req Request) (api.Result, error)
 			files = nil // the session's /work holds the compile phase's outputs
 		}
 	}
-	res.Phase, err = phase(runArgs, runLim, files, req.Stdin, "", nil)
+	res.Phase, err = phase(rt, root, runArgs, runLim, files, req.Stdin, "", nil)
 	if refused(err) {
 		return api.Result{}, err
 	}

@@ -32,7 +32,7 @@ func batchCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string)
 	fs.StringVar(&langs, "lang", "", "with --humaneval: only these languages (comma-separated)")
 	fs.StringVar(&out, "out", "", "results file (JSON lines), appended to")
 	fs.IntVar(&concurrency, "concurrency", runtime.NumCPU(), "runs at a time")
-	fs.StringVar(&isolation, "isolation", "", "runc or gvisor (default: the global --isolation)")
+	fs.StringVar(&isolation, "isolation", "", "runc, gvisor or wasm (default: the global --isolation)")
 	fs.DurationVar(&every, "progress-every", 10*time.Second, "interval of the progress lines when stderr is not a terminal")
 	return func(ctx context.Context, args []string) int {
 		switch {
