@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Kept where the compiler must assume they are read: an allocation that
+ * is never used may be removed (LLVM elides it and takes malloc to
+ * succeed). */
+char *volatile kept[8192];
+
 int main(void) {
 	size_t mib = 0;
 	for (;;) {
@@ -15,6 +20,7 @@ int main(void) {
 			return 1;
 		}
 		memset(p, 1, 1 << 20);
+		kept[mib % 8192] = p;
 		if (++mib % 16 == 0)
 			printf("allocated %zu MiB\n", mib);
 		if (mib > 4096) {
