@@ -53,7 +53,7 @@ func (e *Executor) gvisor() (*oci.Runsc, error) {
 // Gvisor is the gVisor backend, made on first use (the benchmark harness
 // and doctor ask for it).
 func (e *Executor) Gvisor() (*oci.Runsc, error) {
-	if e.rt == nil {
+	if e.opts.NoKernelSandbox != "" {
 		return nil, e.noKernel("gvisor")
 	}
 	return e.gvisor()
@@ -66,7 +66,7 @@ func (e *Executor) runtime(isolation string, fresh bool) (oci.Runtime, error) {
 	if isolation == "" {
 		isolation = e.opts.Isolation
 	}
-	if e.rt == nil && isolation != "wasm" {
+	if e.opts.NoKernelSandbox != "" && (isolation == "runc" || isolation == "gvisor") {
 		return nil, e.noKernel(isolation)
 	}
 	switch isolation {

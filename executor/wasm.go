@@ -75,7 +75,7 @@ func (e *Executor) planWasm(ctx context.Context, lang rootfs.Language, req Reque
 	}
 	p := wasmPlan{lang: v}
 	if v.Compiled() {
-		if e.rt == nil {
+		if e.opts.NoKernelSandbox != "" {
 			return wasmPlan{}, fmt.Errorf("%w: %s is compiled to WebAssembly by a native compiler, which runs in a runc sandbox, and this host cannot start one (%s); under wasm without a compile phase: %s",
 				ErrIsolation, lang.Name, e.opts.NoKernelSandbox, strings.Join(interpretedWasm(), ", "))
 		}
@@ -85,7 +85,7 @@ func (e *Executor) planWasm(ctx context.Context, lang rootfs.Language, req Reque
 		if p.compileRoot, err = e.root(ctx, v); err != nil {
 			return wasmPlan{}, err
 		}
-	} else if e.rt != nil && e.opts.AutoBuild {
+	} else if e.opts.NoKernelSandbox == "" && e.opts.AutoBuild {
 		if _, err := e.root(ctx, v); err != nil { // builds the layer if missing
 			return wasmPlan{}, err
 		}

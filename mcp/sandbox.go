@@ -47,6 +47,7 @@ type LanguageInfo struct {
 	Compiled bool     `json:"compiled" jsonschema:"a compile phase runs before the program"`
 	Source   string   `json:"source" jsonschema:"the file name the program is written to in /work"`
 	Ready    bool     `json:"ready" jsonschema:"its root filesystem is built (otherwise the first run builds it, or fails if the server may not build)"`
+	Wasm     bool     `json:"wasm,omitempty" jsonschema:"also offered under isolation wasm (a WebAssembly module in the server's process)"`
 }
 
 // SessionInfo describes a session.

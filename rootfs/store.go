@@ -747,6 +747,8 @@ type Status struct {
 	Aliases  []string `json:"aliases"`
 	Compiled bool     `json:"compiled"`
 	Built    bool     `json:"built"`
+	// Wasm: the catalogue also offers the language under isolation wasm.
+	Wasm bool `json:"wasm"`
 	// Package is the language's main Debian package (its first) and
 	// Version the version its layer was built with, e.g. python3
 	// 3.11.2-1+b1. Version is empty when not built.
@@ -766,7 +768,7 @@ type Status struct {
 // Status reports lang's state in the store, without building or mounting
 // anything. A language that is not built is not an error.
 func (s *Store) Status(lang Language) (Status, error) {
-	st := Status{Language: lang.Name, Aliases: slices.Clone(lang.Aliases), Compiled: lang.Compiled()}
+	st := Status{Language: lang.Name, Aliases: slices.Clone(lang.Aliases), Compiled: lang.Compiled(), Wasm: lang.OffersWasm()}
 	if len(lang.Packages) > 0 {
 		st.Package = lang.Packages[0]
 	}

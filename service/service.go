@@ -186,7 +186,7 @@ func (s *Service) Languages(context.Context) ([]mcp.LanguageInfo, error) {
 			return nil, err
 		}
 		out = append(out, mcp.LanguageInfo{Name: l.Name, Aliases: slices.Clone(l.Aliases), Version: st.Version,
-			Compiled: l.Compiled(), Source: l.Source, Ready: st.Built})
+			Compiled: l.Compiled(), Source: l.Source, Ready: st.Built, Wasm: l.OffersWasm()})
 	}
 	return out, nil
 }

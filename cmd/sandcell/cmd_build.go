@@ -239,13 +239,13 @@ func languagesCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []str
 
 func printLanguages(env *cliEnv, sts []rootfs.Status) {
 	w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "LANGUAGE\tALIASES\tVERSION\tCOMPILED\tLAYER")
+	fmt.Fprintln(w, "LANGUAGE\tALIASES\tVERSION\tCOMPILED\tWASM\tLAYER")
 	for _, st := range sts {
 		state := "built"
 		if !st.Built {
 			state = "not built (sandcell rootfs build " + st.Language + ")"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\n", st.Language, strings.Join(st.Aliases, ","), cmpOr(st.Version, "-"), st.Compiled, state)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%v\t%s\n", st.Language, strings.Join(st.Aliases, ","), cmpOr(st.Version, "-"), st.Compiled, st.Wasm, state)
 	}
 	w.Flush()
 }

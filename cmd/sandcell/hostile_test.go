@@ -117,8 +117,8 @@ type corpusEntry struct {
 	// Wasm: the program runs under isolation wasm only: a C file is
 	// compiled by sandcell's own c wasm variant (clang in runc) and run as
 	// a module.
-	Wasm bool `json:"wasm"`
-	KnownIssue     *knownIssue       `json:"known_issue"`
+	Wasm       bool        `json:"wasm"`
+	KnownIssue *knownIssue `json:"known_issue"`
 
 	partner   bool         // another entry runs this one alongside itself
 	alongside *corpusEntry // the entry named by ConcurrentWith
