@@ -528,32 +528,33 @@ func (f *file) fit(buf []byte, off int64) ([]byte, int64, experimentalsys.Errno)
 	return buf, size, 0
 }
 
-func (f *file) Write(buf []byte) (int, experimentalsys.Errno) {
-	if len(buf) == 0 {
-		return 0, 0
-	}
-	b, size, e := f.fit(buf, -1)
-	if e != 0 {
-		return 0, e
-	}
-	n, err := f.f.Write(b)
-	return f.wrote(n, err, size)
-}
+func (f *file) Write(buf []byte) (int, experimentalsys.Errno) { return f.write(buf, -1) }
 
 func (f *file) Pwrite(buf []byte, off int64) (int, experimentalsys.Errno) {
-	if len(buf) == 0 {
-		return 0, 0
-	}
 	if off < 0 {
 		return 0, experimentalsys.EINVAL
+	}
+	return f.write(buf, off)
+}
+
+// write is Write (off < 0) and Pwrite: fitted to the limits, then charged.
+func (f *file) write(buf []byte, off int64) (int, experimentalsys.Errno) {
+	if len(buf) == 0 {
+		return 0, 0
 	}
 	b, size, e := f.fit(buf, off)
 	if e != 0 {
 		return 0, e
 	}
-	// Not WriteAt, which refuses files opened with O_APPEND (pwrite(2)
-	// then appends on Linux, and fit counted that).
-	n, err := unix.Pwrite(int(f.f.Fd()), b, off)
+	var n int
+	var err error
+	if off < 0 {
+		n, err = f.f.Write(b)
+	} else {
+		// Not WriteAt, which refuses files opened with O_APPEND (pwrite(2)
+		// then appends on Linux, and fit counted that).
+		n, err = unix.Pwrite(int(f.f.Fd()), b, off)
+	}
 	return f.wrote(n, err, size)
 }
 
