@@ -38,7 +38,7 @@ type Request struct {
 	// Limits (the REST APIs give each phase its own: Piston's
 	// compile_timeout, Judge0's fixed compile limits).
 	CompileLimits *Limits
-	// Isolation is "runc", "gvisor", or "" for the server's default.
+	// Isolation is "runc", "gvisor", "wasm", or "" for the server's default.
 	Isolation string
 	// Image, if set, names an imported image (sandcell image import)
 	// whose root filesystem the run gets instead of the language's: the

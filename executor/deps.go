@@ -138,6 +138,9 @@ func (e *Executor) installer(lang rootfs.Language) (rootfs.Installer, string, []
 	if e.opts.Deps.Off {
 		return rootfs.Installer{}, "", nil, fmt.Errorf("%w on this server", ErrInstallsOff)
 	}
+	if e.opts.NoKernelSandbox != "" {
+		return rootfs.Installer{}, "", nil, fmt.Errorf("%w: packages are installed in a runc sandbox, and this host cannot start one (%s)", ErrInstallsOff, e.opts.NoKernelSandbox)
+	}
 	inst, err := rootfs.InstallerFor(lang.Name)
 	if err != nil {
 		return rootfs.Installer{}, "", nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
+	"github.com/sandcell/sandcell/wasm"
 )
 
 // Caps on what a request may carry, so that a hostile or broken caller
@@ -115,6 +116,14 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 	if err != nil {
 		return api.Result{}, err
 	}
+	var wp *wasmPlan // isolation wasm: the variant, its phases' runtimes and roots
+	if _, ok := rt.(*wasm.Runtime); ok {
+		p, err := e.planWasm(ctx, lang, req)
+		if err != nil {
+			return api.Result{}, err
+		}
+		wp, lang = &p, p.lang
+	}
 	if len(req.Source) > MaxSourceBytes {
 		return api.Result{}, fmt.Errorf("%w: source is %d bytes, at most %d", ErrTooLarge, len(req.Source), MaxSourceBytes)
 	}
@@ -163,11 +172,17 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 		}
 		notes = append(notes, more...)
 	}
-	var root string
-	if img != nil {
-		root = img.root
-	} else if root, err = e.root(ctx, lang, req.Output); err != nil {
-		return api.Result{}, err
+	compileRT, compileRoot, root := rt, "", ""
+	switch {
+	case wp != nil:
+		compileRT, compileRoot, root = wp.compileRT, wp.compileRoot, wp.runRoot
+	case img != nil:
+		compileRoot, root = img.root, img.root
+	default:
+		if root, err = e.root(ctx, lang, req.Output); err != nil {
+			return api.Result{}, err
+		}
+		compileRoot = root
 	}
 	defer adm.release()
 	var deps *Deps
@@ -194,7 +209,7 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 		}
 		return func(stream, text string) { req.Output(prefix+stream, text) }
 	}
-	phase := func(args []string, lim limits.Set, files []api.File, stdin []byte, stream io.Reader, prefix string, collect func([]api.File)) (api.Phase, error) {
+	phase := func(rt oci.Runtime, root string, args []string, lim limits.Set, files []api.File, stdin []byte, stream io.Reader, prefix string, collect func([]api.File)) (api.Phase, error) {
 		return oci.Run(ctx, rt, &oci.Request{Root: root, Args: args, Env: env, Cwd: cwd, Stdin: stdin, StdinStream: stream, Files: files, Limits: lim,
 			Collect: collect, Workspace: req.Workspace, WorkBytes: req.WorkBytes, OnOutput: output(prefix), Mounts: mounts})
 	}
@@ -210,7 +225,7 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 		if req.Workspace == nil {
 			collect = func(f []api.File) { files = f }
 		}
-		c, err := phase(compileArgs, compileLim, files, nil, nil, "compile ", collect)
+		c, err := phase(compileRT, compileRoot, compileArgs, compileLim, files, nil, nil, "compile ", collect)
 		if refused(err) {
 			return api.Result{}, err
 		}
@@ -231,7 +246,7 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 			files = nil // the session's /work holds the compile phase's outputs
 		}
 	}
-	res.Phase, err = phase(runArgs, runLim, files, req.Stdin, req.StdinStream, "", nil)
+	res.Phase, err = phase(rt, root, runArgs, runLim, files, req.Stdin, req.StdinStream, "", nil)
 	if refused(err) {
 		return api.Result{}, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
 	"github.com/sandcell/sandcell/seccomp"
+	"github.com/sandcell/sandcell/wasm"
 )
 
 // Options configure an Executor. package config fills them from the
@@ -46,9 +47,16 @@ type Options struct {
 	// user's delegated cgroup (or rlimits) allow: see Tier.
 	Rootless    bool
 	RootlessUID int
-	// Isolation is the backend a request gets when it names none: "runc"
-	// or "gvisor".
+	// Isolation is the backend a request gets when it names none: "runc",
+	// "gvisor" or "wasm".
 	Isolation string
+	// NoKernelSandbox, if set, says why this host gives this user no
+	// kernel sandbox (user namespaces refused): then only isolation wasm
+	// runs, this process needs no privilege, and runc and gVisor requests
+	// are refused with this reason. WasmCache keeps compiled modules
+	// across processes ("": in memory only).
+	NoKernelSandbox string
+	WasmCache       string
 	// Runsc is the runsc binary ("": PATH's); RunscPlatform its platform
 	// ("": systrap when offered, else ptrace); kvm only with
 	// RunscAllowKVM, as it hangs on hosts that cannot run it.
@@ -115,7 +123,7 @@ type Event struct {
 }
 
 // Isolations are the backends a request can choose.
-var Isolations = []string{"runc", "gvisor"}
+var Isolations = []string{"runc", "gvisor", "wasm"}
 
 // Executor runs requests. It owns the sandbox runtimes of one sandcell
 // instance: its libcontainer state, its cgroup parent, the warm pool and
@@ -134,6 +142,11 @@ type Executor struct {
 	gvOnce sync.Once
 	gv     *oci.Runsc // nil when runsc is not usable; gvErr says why
 	gvErr  error
+	// The wasm backend, made on first use (wasm.go); rt is nil on a host
+	// without a kernel sandbox, where it is the only one.
+	wasmOnce sync.Once
+	wasm     *wasm.Runtime
+	wasmErr  error
 }
 
 // Open wires the runtimes and removes what dead instances left behind
@@ -148,6 +161,9 @@ func Open(opts Options) (*Executor, error) {
 	}
 	if opts.Store == nil {
 		return nil, errors.New("executor: no layer store")
+	}
+	if opts.NoKernelSandbox != "" {
+		return openWasmOnly(&Executor{opts: opts, log: log, store: opts.Store, tier: limits.TierNone})
 	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("sandcell must run as root or in its rootless user namespace")
@@ -216,11 +232,17 @@ func Open(opts Options) (*Executor, error) {
 // Close destroys the warm pool's containers and every container still
 // running, and releases the instance.
 func (e *Executor) Close() error {
-	var err error
+	var errs []error
 	if e.pool != nil {
-		err = e.pool.Close()
+		errs = append(errs, e.pool.Close())
 	}
-	return errors.Join(err, e.rt.Close())
+	if e.wasm != nil {
+		errs = append(errs, e.wasm.Close())
+	}
+	if e.rt != nil {
+		errs = append(errs, e.rt.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Store is the layer store.
@@ -231,7 +253,12 @@ func (e *Executor) Tier() limits.Tier { return e.tier }
 
 // SandboxIDs are the host uid and gid that a sandbox's user maps to: the
 // owner of the files a run writes (a session's workspace).
-func (e *Executor) SandboxIDs() (uid, gid uint32) { return e.rt.SandboxIDs() }
+func (e *Executor) SandboxIDs() (uid, gid uint32) {
+	if e.rt == nil {
+		return ownIDs()
+	}
+	return e.rt.SandboxIDs()
+}
 
 // Runtime is the libcontainer backend itself, without the warm pool (the
 // benchmark harness writes bundles with its Host).

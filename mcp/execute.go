@@ -37,7 +37,7 @@ type RunOptions struct {
 	Env       map[string]string `json:"env,omitempty" jsonschema:"environment variables for the program"`
 	TimeoutMS int64             `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (default: the server's, usually 10000)"`
 	MemoryMB  int64             `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB (default: the server's, usually 256)"`
-	Isolation string            `json:"isolation,omitempty" jsonschema:"runc: namespaces and seccomp on the host kernel (fast); gvisor: gVisor's user-space kernel in between (stronger isolation, a few hundred ms more per run); default: the server's"`
+	Isolation string            `json:"isolation,omitempty" jsonschema:"runc: namespaces and seccomp on the host kernel (fast); gvisor: gVisor's user-space kernel in between (stronger isolation, a few hundred ms more per run); wasm: a WebAssembly module in the server's process, no kernel feature needed (c, cpp, rust, ruby); default: the server's"`
 }
 
 // ExecuteInput is execute_code's arguments (the seed's names).
@@ -152,7 +152,7 @@ func runSchema[T any](o ExecuteToolOptions) *jsonschema.Schema {
 	}
 	p["timeout_ms"].Minimum = Ptr(1.0)
 	p["memory_mb"].Minimum = Ptr(8.0)
-	p["isolation"].Enum = []any{"runc", "gvisor"}
+	p["isolation"].Enum = []any{"runc", "gvisor", "wasm"}
 	if s := p["files"]; s != nil {
 		s.MaxItems = Ptr(1000)
 		s.Items.Properties["encoding"].Enum = []any{"utf8", "base64"}

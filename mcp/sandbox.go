@@ -48,6 +48,7 @@ type LanguageInfo struct {
 	Source   string   `json:"source" jsonschema:"the file name the program is written to in /work"`
 	Ready    bool     `json:"ready" jsonschema:"its root filesystem is built (otherwise the first run builds it, or fails if the server may not build)"`
 	Image    string   `json:"image,omitempty" jsonschema:"the imported image that is its root filesystem (ready: imported)"`
+	Wasm     bool     `json:"wasm,omitempty" jsonschema:"also offered under isolation wasm (a WebAssembly module in the server's process)"`
 }
 
 // SessionInfo describes a session.

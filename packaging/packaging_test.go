@@ -88,7 +88,7 @@ func TestDebianPackage(t *testing.T) {
 	unit, _ := os.ReadFile(filepath.Join(root, "lib/systemd/system/sandcell.service"))
 	prof, _ := os.ReadFile(filepath.Join(root, "etc/apparmor.d/sandcell"))
 	if !bytes.Contains(unit, []byte("ExecStart=/usr/bin/sandcell --config /etc/sandcell/sandcell.toml serve")) ||
-		!bytes.Contains(unit, []byte("Delegate=yes")) || !bytes.Contains(prof, []byte("profile sandcell /usr/bin/sandcell")) {
+		!bytes.Contains(unit, []byte("Delegate=yes")) || !bytes.Contains(prof, []byte("profile sandcell /{usr/,usr/local/,opt/sandcell/}bin/sandcell")) {
 		t.Errorf("unit or profile does not name the installed binary:\n%s\n%s", unit, prof)
 	}
 	// systemd-analyze verify: the unit as shipped, with ExecStart pointing

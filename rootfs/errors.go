@@ -23,6 +23,10 @@ var (
 	// recorded when it was built.
 	ErrModified = errors.New("layer modified since it was built")
 
+	// ErrNoWasm means the catalogue does not offer the language under
+	// isolation wasm.
+	ErrNoWasm = api.Invalid("language not offered under wasm")
+
 	// ErrNoInstaller means the catalogue has no package manager for the
 	// language.
 	ErrNoInstaller = api.Invalid("no package installer")

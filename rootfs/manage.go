@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -257,7 +256,7 @@ func (s *Store) Clean() error {
 // the imported images.
 func (s *Store) liveRoots() map[string]bool {
 	live := map[string]bool{}
-	for _, l := range cat.Languages {
+	for _, l := range usedLayers() {
 		if st, err := s.resolve(l); err == nil {
 			live[st.rootID()] = true
 		}
@@ -353,7 +352,7 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 	} else if ok {
 		liveIDs[ref.hex] = true
 	}
-	for _, l := range append(slices.Clone(cat.Languages), installerLayers()...) {
+	for _, l := range usedLayers() {
 		specs, err := chain(l)
 		if err != nil {
 			return res, err

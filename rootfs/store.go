@@ -236,7 +236,10 @@ func (s *Store) forget(name string) {
 // sameRecipe reports whether a and b build the same layers.
 func sameRecipe(a, b Language) bool {
 	return a.Name == b.Name && a.Image == b.Image && a.Extends == b.Extends && slices.Equal(a.Packages, b.Packages) &&
-		slices.EqualFunc(a.Setup, b.Setup, slices.Equal) && maps.Equal(a.Links, b.Links) && slices.Equal(a.Trim, b.Trim)
+		slices.EqualFunc(a.Setup, b.Setup, slices.Equal) && maps.Equal(a.Links, b.Links) && slices.Equal(a.Trim, b.Trim) &&
+		slices.EqualFunc(a.Fetch, b.Fetch, func(x, y Fetch) bool {
+			return x.NPM == y.NPM && x.Integrity == y.Integrity && maps.Equal(x.Files, y.Files)
+		})
 }
 
 // stack is a language's resolved layers.
@@ -753,6 +756,8 @@ type Status struct {
 	Aliases  []string `json:"aliases"`
 	Compiled bool     `json:"compiled"`
 	Built    bool     `json:"built"`
+	// Wasm: the catalogue also offers the language under isolation wasm.
+	Wasm bool `json:"wasm"`
 	// Package is the language's main Debian package (its first) and
 	// Version the version its layer was built with, e.g. python3
 	// 3.11.2-1+b1. Version is empty when not built.
@@ -775,7 +780,7 @@ type Status struct {
 // Status reports lang's state in the store, without building or mounting
 // anything. A language that is not built is not an error.
 func (s *Store) Status(lang Language) (Status, error) {
-	st := Status{Language: lang.Name, Aliases: slices.Clone(lang.Aliases), Compiled: lang.Compiled()}
+	st := Status{Language: lang.Name, Aliases: slices.Clone(lang.Aliases), Compiled: lang.Compiled(), Wasm: lang.OffersWasm()}
 	if len(lang.Packages) > 0 {
 		st.Package = lang.Packages[0]
 	}

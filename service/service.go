@@ -209,7 +209,7 @@ func (s *Service) Languages(context.Context) ([]mcp.LanguageInfo, error) {
 			return nil, err
 		}
 		out = append(out, mcp.LanguageInfo{Name: l.Name, Aliases: slices.Clone(l.Aliases), Version: st.Version,
-			Compiled: l.Compiled(), Source: l.Source, Ready: st.Built, Image: l.Image})
+			Compiled: l.Compiled(), Source: l.Source, Ready: st.Built, Image: l.Image, Wasm: l.OffersWasm()})
 	}
 	return out, nil
 }

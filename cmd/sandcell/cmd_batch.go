@@ -37,7 +37,7 @@ func batchCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string)
 	fs.StringVar(&out, "out", "", "results file (JSON lines), appended to")
 	fs.StringVar(&shardSpec, "shard", "", "run only shard K of N (K/N, K from 0: a Slurm array task id or an Indexed Job's completion index); a line's shard is fixed by its id")
 	fs.IntVar(&concurrency, "concurrency", runtime.NumCPU(), "runs at a time")
-	fs.StringVar(&isolation, "isolation", "", "runc or gvisor (default: the global --isolation)")
+	fs.StringVar(&isolation, "isolation", "", "runc, gvisor or wasm (default: the global --isolation)")
 	fs.DurationVar(&every, "progress-every", 10*time.Second, "interval of the progress lines when stderr is not a terminal")
 	return func(ctx context.Context, args []string) int {
 		switch {

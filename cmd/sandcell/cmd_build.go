@@ -45,6 +45,11 @@ func languagesArg(names []string, def []rootfs.Language) ([]rootfs.Language, err
 		if inst, ierr := rootfs.InstallerFor(n); err != nil && ierr == nil && inst.Name == n {
 			l, err = inst.Layer(), nil // an installer's layer: "rootfs build python-pip"
 		}
+		if base, ok := strings.CutSuffix(n, rootfs.WasmSuffix); ok && err != nil {
+			if wl, werr := rootfs.Lookup(base); werr == nil {
+				l, err = wl.WasmVariant() // a wasm variant's layers: "rootfs build c-wasm"
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -66,6 +71,7 @@ func buildLayers(ctx context.Context, env *cliEnv, args []string) int {
 	for _, inst := range rootfs.Installers() {
 		all = append(all, inst.Layer()) // the package managers' layers (install_dependencies)
 	}
+	all = append(all, rootfs.WasmLayers()...) // the wasm variants' toolchains and modules
 	langs, err := languagesArg(args, all)
 	if err != nil {
 		return env.fail(err)
@@ -220,7 +226,7 @@ func languagesCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []str
 
 func printLanguages(env *cliEnv, sts []rootfs.Status) {
 	w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "LANGUAGE\tALIASES\tVERSION\tCOMPILED\tLAYER")
+	fmt.Fprintln(w, "LANGUAGE\tALIASES\tVERSION\tCOMPILED\tWASM\tLAYER")
 	for _, st := range sts {
 		state := "built"
 		if !st.Built {
@@ -232,7 +238,7 @@ func printLanguages(env *cliEnv, sts []rootfs.Status) {
 				state += " not imported (sandcell image import PATH --name " + st.Image + ")"
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\n", st.Language, strings.Join(st.Aliases, ","), cmpOr(st.Version, "-"), st.Compiled, state)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%v\t%s\n", st.Language, strings.Join(st.Aliases, ","), cmpOr(st.Version, "-"), st.Compiled, st.Wasm, state)
 	}
 	w.Flush()
 	// Imported images are run environments for any language (--image,

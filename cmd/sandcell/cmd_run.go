@@ -38,7 +38,7 @@ func runCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string) i
 	fs.StringVar(&image, "image", "", "run in this imported image (see 'sandcell image list'); without --lang, run its Entrypoint/Cmd")
 	fs.StringVar(&stdinPath, "stdin", "", "file to give as standard input, or - for this process's stdin")
 	fs.BoolVar(&asJSON, "json", false, "print the result object as JSON")
-	fs.StringVar(&isolation, "isolation", "", "runc or gvisor (default: the global --isolation, runc)")
+	fs.StringVar(&isolation, "isolation", "", "runc, gvisor or wasm (default: the global --isolation, runc)")
 	fs.Var(&envs, "env", "KEY=VALUE added to the program's environment (repeatable)")
 	fs.DurationVar(&timeout, "timeout", 0, "wall-clock limit, e.g. 5s (default 10s)")
 	fs.DurationVar(&cpuTime, "cpu-time", 0, "CPU-time limit, e.g. 2s (default 10s)")

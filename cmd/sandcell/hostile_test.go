@@ -76,14 +76,14 @@ func TestHostileCorpus(t *testing.T) {
 		len(before.procs), before.children, len(before.mounts), len(before.cgroups), len(before.fds), len(before.layers))
 
 	start := time.Now()
-	for _, backend := range []string{"runc", "gvisor"} {
+	for _, backend := range []string{"runc", "gvisor", "wasm"} {
 		t.Run(backend, func(t *testing.T) {
 			if backend == "gvisor" {
 				_, err := h.a.Gvisor()
 				testutil.Require(t, err == nil, "gVisor not available (apt-get install runsc): %v", err)
 			}
 			for _, e := range entries {
-				if e.partner || (backend == "gvisor" && !gvisorGroups[e.Group]) {
+				if e.partner || (backend == "gvisor" && !gvisorGroups[e.Group]) || e.Wasm != (backend == "wasm") {
 					continue
 				}
 				t.Run(e.Group+"/"+e.Name, func(t *testing.T) { h.runEntry(t, backend, e) })
@@ -115,7 +115,11 @@ type corpusEntry struct {
 	ConcurrentWith string            `json:"concurrent_with"`
 	Ready          string            `json:"ready"`
 	Via            string            `json:"via"`
-	KnownIssue     *knownIssue       `json:"known_issue"`
+	// Wasm: the program runs under isolation wasm only: a C file is
+	// compiled by sandcell's own c wasm variant (clang in runc) and run as
+	// a module.
+	Wasm       bool        `json:"wasm"`
+	KnownIssue *knownIssue `json:"known_issue"`
 
 	partner   bool         // another entry runs this one alongside itself
 	alongside *corpusEntry // the entry named by ConcurrentWith
@@ -226,6 +230,8 @@ func loadCorpus(t *testing.T) []*corpusEntry {
 			t.Fatalf("manifest: %s: no expected status", e.Name)
 		case e.Via != "" && e.Via != "mcp":
 			t.Fatalf("manifest: %s: via %q, want mcp or nothing", e.Name, e.Via)
+		case e.Wasm && (e.Language != "c" || e.Via != "" || e.ConcurrentWith != ""):
+			t.Fatalf("manifest: %s: wasm entries are C programs run directly", e.Name)
 		case e.Via == "mcp" && (e.Language == "c" || e.Session || e.Limits.CPUMS+e.Limits.Pids+e.Limits.OutputKB+e.Limits.TmpfsMB != 0):
 			t.Fatalf("manifest: %s: through MCP only sh and python one-shot runs with timeout_ms and memory_mb", e.Name)
 		case !e.Session && len(e.After) > 0:
@@ -344,6 +350,10 @@ func newHarness(t *testing.T, entries []*corpusEntry) *harness {
 			}
 		}
 	}
+	// Isolation wasm: c's wasm variant compiles (clang in runc, its root
+	// mounted) and the wasm runtime makes its instance on first use.
+	res, err := h.sb.Execute(context.Background(), api.Request{Language: "c", Source: []byte("int main(void) { return 0; }\n"), Isolation: "wasm"})
+	testutil.Require(t, err == nil && res.Status == "ok", "warm-up run (c, wasm): %v %s %s (make test builds c-wasm with SANDCELL_BUILD_ALL=1)", err, res.Status, res.Message)
 	return h
 }
 
@@ -382,7 +392,7 @@ func (h *harness) build(t *testing.T, entries []*corpusEntry) {
 		errs []string
 	)
 	for _, e := range entries {
-		if e.Language != "c" {
+		if e.Language != "c" || e.Wasm {
 			continue
 		}
 		wg.Add(1)
@@ -429,6 +439,15 @@ func (h *harness) request(t *testing.T, backend, lang, file string, args []strin
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		req.Env = append(req.Env, k+"="+h.expand(env[k]))
 	}
+	if lang == "c" && backend == "wasm" {
+		// Compiled to a module by sandcell itself (c's wasm variant).
+		src, err := os.ReadFile(filepath.Join(hostileDir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Language, req.Source, req.Args = lang, src, args
+		return req
+	}
 	if lang == "c" {
 		// The static binary, alone in /work, is the container's first
 		// process (language "": the sh layer).
@@ -462,7 +481,7 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 	session := ""
 	if e.Session {
 		lang := e.Language
-		if lang == "c" {
+		if lang == "c" && !e.Wasm {
 			lang = "sh"
 		}
 		info, err := h.sb.CreateSession(ctx, lang, 0)

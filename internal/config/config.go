@@ -88,6 +88,9 @@ type Config struct {
 	// LogLevel is the level of the logs on stderr: debug, info, warn
 	// (the default) or error.
 	LogLevel string
+	// NoKernelSandbox, set when this user's sandcell could not enter its
+	// user namespace (NoUserNS), says why: only isolation wasm runs.
+	NoKernelSandbox string
 }
 
 // Default is the configuration of this process: a root server's, or, in
@@ -114,6 +117,12 @@ func Default() Config {
 	if uid, _, ok := Rootless(); ok {
 		rootlessDefaults(&c, uid)
 	}
+	if why, ok := NoUserNS(); ok {
+		// Nothing but wasm runs: it is the default, and everything is
+		// the user's own, as for a rootless server.
+		rootlessDefaults(&c, os.Getuid())
+		c.Isolation, c.NoKernelSandbox = "wasm", why
+	}
 	return c
 }
 
@@ -127,7 +136,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.UintVar(&c.UIDBase, "uid-base", c.UIDBase, "first host uid/gid of the sandboxes' 65536-id range")
 	SizeFlag(fs, &c.MaxMemory, "max-memory", "memory ceiling for all sandboxes together (default: half the host's memory)")
 	fs.Int64Var(&c.MaxPids, "max-pids", c.MaxPids, "pids ceiling for all sandboxes together")
-	fs.StringVar(&c.Isolation, "isolation", c.Isolation, "default isolation of a run: runc or gvisor")
+	fs.StringVar(&c.Isolation, "isolation", c.Isolation, "default isolation of a run: runc, gvisor or wasm")
 	fs.StringVar(&c.Runsc, "runsc", c.Runsc, "runsc binary for --isolation gvisor (default: <home>/runsc/runsc from `make runsc` if present, else from PATH)")
 	fs.StringVar(&c.RunscPlatform, "runsc-platform", c.RunscPlatform, "gVisor platform (default: systrap if offered, else ptrace)")
 	fs.BoolVar(&c.RunscAllowKVM, "runsc-allow-kvm", c.RunscAllowKVM, "allow --runsc-platform kvm (it hangs on hosts that cannot run it)")
@@ -163,7 +172,7 @@ func (c *Config) Validate() error {
 	if !filepath.IsAbs(c.StateDir) || !filepath.IsAbs(c.LayerDir) {
 		return errors.New("--state-dir and --layer-dir must be absolute paths")
 	}
-	if _, _, rootless := Rootless(); rootless {
+	if _, _, rootless := Rootless(); rootless || c.NoKernelSandbox != "" {
 		c.UIDBase = 0 // the namespace has one id: the user's
 	} else if c.UIDBase == 0 || c.UIDBase > 1<<32-1-65536 {
 		return fmt.Errorf("--uid-base %d: must be between 1 and %d", c.UIDBase, uint64(1<<32-1-65536))
@@ -237,26 +246,28 @@ func (c *Config) Store(log *slog.Logger) *rootfs.Store {
 func (c *Config) Executor(log *slog.Logger, poolBusy func() bool) executor.Options {
 	uid, _, rootless := Rootless()
 	return executor.Options{
-		StateDir:      c.StateDir,
-		Store:         c.Store(log),
-		AutoBuild:     c.AutoBuild,
-		CgroupParent:  c.CgroupParent,
-		MaxMemory:     c.MaxMemory,
-		MaxPids:       c.MaxPids,
-		UIDBase:       uint32(c.UIDBase),
-		Rootless:      rootless,
-		RootlessUID:   uid,
-		Isolation:     c.Isolation,
-		Runsc:         c.RunscPath(),
-		RunscPlatform: c.RunscPlatform,
-		RunscAllowKVM: c.RunscAllowKVM,
-		Defaults:      c.Defaults,
-		Ceilings:      c.Ceilings,
-		PoolSize:      c.PoolSize,
-		PoolIdle:      c.PoolIdle,
-		PoolBusy:      poolBusy,
-		Deps:          c.Deps,
-		Logger:        log,
+		StateDir:        c.StateDir,
+		Store:           c.Store(log),
+		AutoBuild:       c.AutoBuild,
+		CgroupParent:    c.CgroupParent,
+		MaxMemory:       c.MaxMemory,
+		MaxPids:         c.MaxPids,
+		UIDBase:         uint32(c.UIDBase),
+		Rootless:        rootless,
+		RootlessUID:     uid,
+		Isolation:       c.Isolation,
+		NoKernelSandbox: c.NoKernelSandbox,
+		WasmCache:       filepath.Join(c.LayerDir, "wasm-cache"),
+		Runsc:           c.RunscPath(),
+		RunscPlatform:   c.RunscPlatform,
+		RunscAllowKVM:   c.RunscAllowKVM,
+		Defaults:        c.Defaults,
+		Ceilings:        c.Ceilings,
+		PoolSize:        c.PoolSize,
+		PoolIdle:        c.PoolIdle,
+		PoolBusy:        poolBusy,
+		Deps:            c.Deps,
+		Logger:          log,
 	}
 }
 
@@ -301,6 +312,18 @@ func Rootless() (uid, gid int, ok bool) {
 	uid, err1 := strconv.Atoi(u)
 	gid, err2 := strconv.Atoi(g)
 	return uid, gid, err1 == nil && err2 == nil
+}
+
+// NoUserNSEnv marks a sandcell of an unprivileged user that could not
+// enter its user namespace (cmd/sandcell's enterUserNS) and goes on
+// without one; its value says why.
+const NoUserNSEnv = "_SANDCELL_NO_USERNS"
+
+// NoUserNS returns why this unprivileged process has no user namespace,
+// and whether it is such a process (NoUserNSEnv).
+func NoUserNS() (string, bool) {
+	v := os.Getenv(NoUserNSEnv)
+	return v, v != "" && os.Geteuid() != 0
 }
 
 // rootlessDefaults are the defaults of a rootless server: its state in

@@ -31,7 +31,11 @@ func Checks(ctx context.Context, cfg *config.Config) []Check {
 	mode := limits.DetectMode()
 	uid, _, rootless := config.Rootless()
 	tc := Check{Name: "tier", Required: true, OK: true, Detail: TierText(limits.TierRoot)}
-	if rootless {
+	noUserNS := cfg.NoKernelSandbox != ""
+	if noUserNS {
+		tc.OK, tc.Required = false, false
+		tc.Detail = "no kernel sandbox (user namespaces refused): only isolation wasm runs"
+	} else if rootless {
 		d := limits.DetectDelegation(limits.DelegatedConfig{UID: uid, User: limits.UserName(uid), Mode: mode})
 		tc.Detail = TierText(d.Tier) + "; " + d.String()
 		if d.Tier != limits.TierDelegated {
@@ -57,9 +61,7 @@ func Checks(ctx context.Context, cfg *config.Config) []Check {
 	}
 	cs = append(cs, cg)
 
-	userns := readTrim("/proc/sys/user/max_user_namespaces")
-	cs = append(cs, Check{Name: "user namespaces", Required: true, OK: userns != "" && userns != "0",
-		Detail: "max_user_namespaces=" + userns, Fix: "sysctl -w user.max_user_namespaces=15000"})
+	cs = append(cs, usernsCheck(cfg, rootless), wasmCheck(cfg))
 
 	ok, ver := oci.SeccompSupport()
 	sc := Check{Name: "seccomp", Required: true, OK: ok && kernelHasSeccomp(), Detail: "libseccomp " + ver}
@@ -98,7 +100,7 @@ func Checks(ctx context.Context, cfg *config.Config) []Check {
 	}
 
 	store := cfg.Store(nil)
-	for _, l := range rootfs.Languages() {
+	for _, l := range append(rootfs.Languages(), rootfs.WasmLayers()...) {
 		c := Check{Name: "layer " + l.Name, Required: false, OK: true, Detail: "built in " + cfg.LayerDir}
 		if built, err := store.Built(l); err != nil || !built {
 			c.OK, c.Detail, c.Fix = false, "not built", "sandcell rootfs build "+l.Name
@@ -180,6 +182,62 @@ func SlurmCheck(getenv func(string) string, procCgroup, parent string) (Check, b
 		"(SIGTERM cancels every run; after a SIGKILL the next sandcell on the node removes what is left). "+
 		"Keep --concurrency and the runs' limits within %s", parent, alloc)
 	return c, true
+}
+
+// usernsCheck says whether this user gets user namespaces (runc and
+// gVisor need them) and, if not, why and what fixes it.
+func usernsCheck(cfg *config.Config, rootless bool) Check {
+	var u UserNS
+	switch {
+	case rootless:
+		u = UserNS{Works: true} // this process runs in one
+	case os.Geteuid() == 0:
+		u = DiagnoseUserNS("/", nil, true)
+	default:
+		u = DiagnoseUserNS("/", ProbeUserNS(), false)
+	}
+	c := Check{Name: "user namespaces", Required: cfg.Isolation != "wasm", OK: u.Works, Fix: u.Fix}
+	switch {
+	case u.Works && os.Geteuid() == 0 && !rootless:
+		c.Detail = "root makes them; unprivileged users can too"
+	case u.Works:
+		c.Detail = "an unprivileged user namespace works (runc and gVisor run rootless)"
+	case os.Geteuid() == 0:
+		// Root's own runs work; a rootless sandcell of a user does not.
+		c.OK, c.Required = false, false
+		c.Detail = "root's sandboxes work, but unprivileged users get none: " + u.Reason + "; they can use isolation wasm"
+	default:
+		c.Detail = "refused for this user: " + u.Reason + "; what works: isolation wasm (" + strings.Join(wasmWorks(false), ", ") + ")"
+		c.Fix = u.Fix + "; or run with --isolation wasm"
+	}
+	return c
+}
+
+// wasmCheck describes isolation wasm, which needs nothing of the kernel.
+func wasmCheck(cfg *config.Config) Check {
+	kernel := cfg.NoKernelSandbox == ""
+	d := "in-process WebAssembly (wazero, WASI preview 1), no kernel feature needed: " + strings.Join(wasmWorks(kernel), ", ")
+	if !kernel {
+		d += "; c, cpp and rust need a runc sandbox for their compilers, which this host cannot start"
+	}
+	return Check{Name: "wasm", Required: cfg.Isolation == "wasm", OK: true, Detail: d}
+}
+
+// wasmWorks lists the languages isolation wasm runs: all its languages
+// with a kernel sandbox for the compilers, else those without a compile
+// phase.
+func wasmWorks(kernel bool) []string {
+	var out []string
+	for _, name := range rootfs.WasmLanguages() {
+		l, err := rootfs.Lookup(name)
+		if err != nil {
+			continue
+		}
+		if v, err := l.WasmVariant(); err == nil && (kernel || !v.Compiled()) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // missingControllers lists the controllers sandcell needs that the host
