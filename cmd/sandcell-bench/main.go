@@ -71,7 +71,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := config.Default()
 	global := flag.NewFlagSet("global", flag.ContinueOnError)
 	cfg.AddFlags(global)
-	logLevel := global.String("log-level", "warn", "log level on stderr: debug, info, warn, error")
 
 	// The bench's own flags mix with the global ones (one flag set, as
 	// `make bench` puts --home before --markdown); humaneval's come after
@@ -108,8 +107,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageError(stderr, "bad --log-level %q", *logLevel)
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return usageError(stderr, "bad --log-level %q", cfg.LogLevel)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	given := map[string]bool{}
