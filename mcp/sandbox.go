@@ -410,14 +410,37 @@ func addListLanguages(s *Server, sb Sandbox) {
 
 // filesChanged tells subscribers that files of a session changed, and the
 // protocol sessions that know the session that its file list did when
-// files came or went.
+// files came or went. Its work is linear in the changes and the
+// subscriptions (a run may change 100,000 files, and every protocol session
+// was asked about each of them before issue #17): the changed URIs are
+// built once, only if some session subscribed to a file of this session.
 func (s *Server) filesChanged(session string, changes []api.FileChange) {
-	listChanged := false
-	for _, c := range changes {
-		s.ResourceUpdated(FileURI(session, c.Path))
-		listChanged = listChanged || c.Kind != "modified"
+	if len(changes) == 0 {
+		return
 	}
-	if listChanged {
+	prefix := FileURI(session, "")
+	s.mu.Lock()
+	subs := map[*Session][]string{}
+	for ss := range s.sessions {
+		if uris := ss.subscriptions(prefix); len(uris) > 0 {
+			subs[ss] = uris
+		}
+	}
+	s.mu.Unlock()
+	if len(subs) > 0 {
+		changed := make(map[string]bool, len(changes))
+		for _, c := range changes {
+			changed[FileURI(session, c.Path)] = true
+		}
+		for ss, uris := range subs {
+			for _, u := range uris {
+				if changed[u] {
+					ss.Notify("notifications/resources/updated", map[string]string{"uri": u})
+				}
+			}
+		}
+	}
+	if slices.ContainsFunc(changes, func(c api.FileChange) bool { return c.Kind != api.Modified }) {
 		s.broadcast("notifications/resources/list_changed", nil, func(ss *Session) bool { return s.sandboxes.knows(ss, session) })
 	}
 }

@@ -1130,7 +1130,7 @@ func TestSandboxFiles(t *testing.T) {
 				if sc["session_id"] != "s1" {
 					t.Errorf("session_id %v", sc["session_id"])
 				}
-				if !strings.Contains(resText(r), "out.txt (created)") {
+				if !strings.Contains(resText(r), `created "out.txt" (file, 3 B)`) {
 					t.Errorf("text %q does not list the changed files", resText(r))
 				}
 			}},

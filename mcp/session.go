@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -110,6 +111,23 @@ func (ss *Session) subscribed(uri string) bool {
 	defer ss.mu.Unlock()
 	return ss.subs[uri]
 }
+
+// subscriptions are the subscribed URIs that start with prefix.
+func (ss *Session) subscriptions(prefix string) []string {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	var out []string
+	for u := range ss.subs {
+		if strings.HasPrefix(u, prefix) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// maxSubscriptions bounds one session's resources/subscribe: each is kept
+// while the session lives and looked at on every change.
+const maxSubscriptions = 1000
 
 // receive handles one decoded message. r receives the messages of a
 // request; for notifications and responses it is not used.
