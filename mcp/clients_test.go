@@ -1,13 +1,17 @@
 package mcp
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"slices"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 // Regressions of what real clients tripped on (issue #17: TypeScript SDK
@@ -205,5 +209,126 @@ func TestHTTPSlowBody(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestTimeout || time.Since(start) > 5*time.Second {
 		t.Errorf("a stalled body: HTTP %d after %v, want 408 after about 200 ms", resp.StatusCode, time.Since(start))
+	}
+}
+
+// TestLiveOutputWholeLines: a line written in pieces slower than the 100
+// ms batching arrives as one notification (it was split where the pieces
+// met); a prompt without a newline still comes, after liveHold.
+func TestLiveOutputWholeLines(t *testing.T) {
+	s, f, _ := sandboxServer(t)
+	f.exec = func(ctx context.Context, req api.Request) (api.Result, error) {
+		for _, piece := range []string{"hel", "lo\nwor", "ld\n", "Name? "} {
+			req.Output("stdout", piece)
+			time.Sleep(150 * time.Millisecond)
+		}
+		time.Sleep(700 * time.Millisecond)
+		return api.Result{Phase: api.Phase{Stdout: "hello\nworld\nName? ", Status: "ok"}}, nil
+	}
+	c := dialSandbox(t, s, nil)
+	_, before := c.callTool("execute_code", map[string]any{"language": "python", "source": "x"}, map[string]any{"_meta": map[string]any{"progressToken": "p"}})
+	var texts []string
+	for _, m := range before {
+		if p, ok := m["params"].(map[string]any); ok && m["method"] == "notifications/progress" {
+			if meta, ok := p["_meta"].(map[string]any); ok {
+				texts = append(texts, meta[MetaText].(string))
+			}
+		}
+	}
+	if want := []string{"hello\n", "world\n", "Name? "}; !slices.Equal(texts, want) {
+		t.Errorf("live output %q, want the lines whole: %q", texts, want)
+	}
+}
+
+// TestSecondInitializeRefused: initialize is answered once per session,
+// on every transport (a stream accepted a second one).
+func TestSecondInitializeRefused(t *testing.T) {
+	s, _ := testServer(t)
+	c := newStreamConn(t, s)
+	result(t, c.initialize(Version20251125, nil))
+	resp := c.initialize(Version20250618, nil)
+	if errCode(resp) != CodeInvalidRequest || !strings.Contains(mustJSON(resp), "already initialized") {
+		t.Errorf("a second initialize on one stream: %v, want an invalid-request error", resp)
+	}
+	s.mu.Lock()
+	for ss := range s.sessions {
+		if v := ss.ProtocolVersion(); v != Version20251125 {
+			t.Errorf("the session's version became %s, want the first initialize's", v)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// TestStatelessClientWithoutMeta: a client of the stateless era that
+// leaves _meta out of a request (the Go SDK does for ping and
+// logging/setLevel) gets the same answer on a stream and on HTTP: ping is
+// answered, the others get an error that says what that era wants (HTTP
+// answered 400, stdio "send initialize first").
+func TestStatelessClientWithoutMeta(t *testing.T) {
+	type answer struct {
+		code int
+		text string
+	}
+	want := map[string]answer{
+		"ping":             {0, ""},
+		"logging/setLevel": {CodeMethodNotFound, MetaLogLevel},
+		"tools/list":       {CodeInvalidRequest, MetaProtocolVersion},
+	}
+	params := map[string]any{"ping": nil, "logging/setLevel": map[string]any{"level": "info"}, "tools/list": map[string]any{}}
+	check := func(transport, method string, m map[string]any) {
+		t.Helper()
+		w := want[method]
+		if errCode(m) != w.code || (w.code == 0 && m["result"] == nil) || !strings.Contains(mustJSON(m), w.text) {
+			t.Errorf("%s, %s without _meta after server/discover: %v, want error %d naming %q", transport, method, m, w.code, w.text)
+		}
+	}
+
+	s, _ := testServer(t)
+	c := newStreamConn(t, s)
+	if resp, _ := c.call("d", "server/discover", map[string]any{"_meta": statelessMeta(nil)}); resp["result"] == nil {
+		t.Fatalf("server/discover: %v", resp)
+	}
+	for method := range want {
+		resp, _ := c.call(method, method, params[method])
+		check("stdio", method, resp)
+	}
+
+	hc, _, _ := newHTTPServer(t, nil)
+	for method := range want {
+		body := mustJSON(map[string]any{"jsonrpc": "2.0", "id": method, "method": method, "params": params[method]})
+		r := hc.post(body, map[string]string{headerProtocolVersion: Version20260728, headerMethod: method})
+		ms := messages(t, r)
+		if r.StatusCode != 200 || len(ms) != 1 {
+			t.Errorf("HTTP, %s without _meta: HTTP %d %v, want 200 and one answer", method, r.StatusCode, ms)
+			continue
+		}
+		check("HTTP", method, ms[0])
+	}
+}
+
+// TestStatelessResources: in the stateless era resources/list lists the
+// files of the sessions a stream's client used (it never did: each
+// request was its own session), and resources/read carries ttlMs and
+// cacheScope (the TypeScript SDK v2 refused reads without them), private
+// like the list: session files are the client's own.
+func TestStatelessResources(t *testing.T) {
+	s, _, _ := sandboxServer(t)
+	c := dialStateless(t, s, nil)
+	id := structuredOf(t, c.tool("create_session", map[string]any{}))["session_id"].(string)
+	c.tool("write_file", map[string]any{"session_id": id, "path": "notes.txt", "content": "hi"})
+	resp, _ := c.call("rl", "resources/list", c.params(map[string]any{}))
+	r := result(t, resp)
+	uri := FileURI(id, "notes.txt")
+	if !strings.Contains(mustJSON(r["resources"]), uri) || r["cacheScope"] != "private" || r["ttlMs"] == nil {
+		t.Errorf("stateless resources/list: %s, want %s listed, cacheScope private, ttlMs", mustJSON(r), uri)
+	}
+	resp, _ = c.call("rr", "resources/read", c.params(map[string]any{"uri": uri}))
+	r = result(t, resp)
+	if r["cacheScope"] != "private" || r["ttlMs"] == nil || r["resultType"] != "complete" || !strings.Contains(mustJSON(r["contents"]), `"text":"hi"`) {
+		t.Errorf("stateless resources/read: %s, want the contents with ttlMs and cacheScope private", mustJSON(r))
+	}
+	resp, _ = c.call("tl", "tools/list", c.params(map[string]any{}))
+	if r := result(t, resp); r["cacheScope"] != "public" {
+		t.Errorf("stateless tools/list: cacheScope %v, want public", r["cacheScope"])
 	}
 }

@@ -329,10 +329,16 @@ func (h *HTTPHandler) post(w http.ResponseWriter, r *http.Request) {
 // session, the version and capabilities from _meta, the Mcp-Method and
 // Mcp-Name headers checked against the body.
 func (h *HTTPHandler) postStateless(w http.ResponseWriter, r *http.Request, m *message, era requestEra, headerVersion string) {
-	switch {
-	case !era.stateless:
-		writeHTTPError(w, http.StatusBadRequest, m.ID, errorf(CodeInvalidParams, "protocol %s requests carry _meta[%q] and _meta[%q]", headerVersion, MetaProtocolVersion, MetaClientCapabilities))
+	if !era.stateless {
+		// A stateless-era client's request without _meta: the same
+		// answer as on a stream (ping is answered; see notInitialized).
+		ss := h.s.newSession(r.Context(), "http", nil)
+		ss.statelessClient = true
+		defer ss.close()
+		h.serveRequest(w, r, ss, m)
 		return
+	}
+	switch {
 	case headerVersion != "" && headerVersion != era.version:
 		writeHTTPError(w, http.StatusBadRequest, m.ID, errorf(CodeHeaderMismatch, "header mismatch: %s %q, body _meta version %q", headerProtocolVersion, headerVersion, era.version))
 		return

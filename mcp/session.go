@@ -44,6 +44,9 @@ type Session struct {
 	pending     map[ID]chan *message
 	subs        map[string]bool
 	ended       bool
+	// statelessClient: the client named the stateless era (in a
+	// request's _meta, or on HTTP the protocol version header).
+	statelessClient bool
 
 	nextOut atomic.Int64
 	running sync.WaitGroup

@@ -457,10 +457,15 @@ func handleLegacyCall(ctx context.Context, ex *exchange, params json.RawMessage)
 	return res, nil
 }
 
-// session is the call's protocol session, or nil in the stateless era
-// (each request is its own session there, and nothing is remembered).
+// session is the call's protocol session: the one that remembers the
+// sandbox sessions it used, for resources/list. A stream (stdio, TCP) is
+// one client whatever era its requests name (issue #17: resources/list of
+// the stateless era never listed session files); a stateless HTTP request
+// is its own session, so nil: nothing identifies its client, and listing
+// the session ids of whoever else reached the port would hand out their
+// files (an id is the capability to them).
 func (r *CallToolRequest) session() *Session {
-	if r.ex == nil || r.ex.stateless {
+	if r.ex == nil || (r.ex.stateless && r.ex.ss.transport == "http") {
 		return nil
 	}
 	return r.ex.ss
