@@ -278,6 +278,11 @@ func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst ro
 		if msg == "" {
 			msg = fmt.Sprintf("exit code %d", res.ExitCode)
 		}
+		// pip and npm show only their side of a refusal ("Tunnel
+		// connection failed: 403"): say what the proxy refused and why.
+		if r := proxy.Refusals(); len(r) > 0 {
+			msg += "; the egress proxy refused: " + strings.Join(r, "; ") + " (allowlisted: " + strings.Join(allow, ", ") + ")"
+		}
 		return out, fmt.Errorf("%s install of %s failed (%s: %s); its output (untrusted):\n%s", inst.Name, strings.Join(reqs, " "), res.Status, msg, Tail(out, 4000))
 	}
 	return out, nil

@@ -75,6 +75,11 @@ func FileURI(session, p string) string {
 // FileTemplate is the resource template of session files.
 const FileTemplate = "sandbox://{session}/{+path}"
 
+// maxEnvelope is the room a tools/call request needs besides a
+// write_file's content: the JSON-RPC envelope, the session id and a path
+// of up to 4 KiB (a content with characters JSON escapes takes more).
+const maxEnvelope = 8 << 10
+
 // maxReadBytes caps one read_file (and one resource read).
 const maxReadBytes = 1 << 20
 
@@ -164,9 +169,14 @@ type sessionInput struct {
 	ConfirmToken string `json:"confirm_token,omitempty" jsonschema:"the token a first call returned, to confirm this destructive call"`
 }
 
+// doneOutput is a destructive tool's result: what was done, or, on the
+// first call of a client that cannot be asked (no elicitation), that
+// nothing was and the token that confirms it.
 type doneOutput struct {
-	SessionID string `json:"session_id" jsonschema:"the session"`
-	Done      string `json:"done" jsonschema:"what was done"`
+	SessionID         string `json:"session_id" jsonschema:"the session"`
+	Done              string `json:"done,omitempty" jsonschema:"what was done (absent when needs_confirmation)"`
+	NeedsConfirmation bool   `json:"needs_confirmation,omitempty" jsonschema:"nothing was done: call again with the same arguments and confirm_token"`
+	ConfirmToken      string `json:"confirm_token,omitempty" jsonschema:"the token that confirms this call (once, within 5 minutes)"`
 }
 
 func addSessionTools(s *Server, sb Sandbox) {
@@ -351,7 +361,12 @@ func addFileTools(s *Server, sb Sandbox, o SandboxOptions) {
 	if err != nil {
 		panic(err)
 	}
-	win.Properties["content"].MaxLength = Ptr(o.MaxFileBytes * 4 / 3)
+	// The content must fit in one message: its maxLength agrees with the
+	// message limit (it was 4/3 of 16 MiB, past the 16 MiB a message may
+	// have), leaving room for the rest of the request.
+	contentMax := min(o.MaxFileBytes*4/3+4, s.opts.MaxMessageBytes-maxEnvelope)
+	win.Properties["content"].MaxLength = Ptr(contentMax)
+	win.Properties["content"].Description = fmt.Sprintf("the file's new content: at most %d characters (a message is at most %d bytes); base64 carries 3 bytes in 4", contentMax, s.opts.MaxMessageBytes)
 	win.Properties["encoding"].Enum = []any{"utf8", "base64"}
 	win.Properties["mode"].Pattern = "^0?[0-7]{3}$"
 	win.Properties["path"].Pattern = nulFree
@@ -433,14 +448,37 @@ func addListLanguages(s *Server, sb Sandbox) {
 
 // filesChanged tells subscribers that files of a session changed, and the
 // protocol sessions that know the session that its file list did when
-// files came or went.
+// files came or went. Its work is linear in the changes and the
+// subscriptions (a run may change 100,000 files, and every protocol session
+// was asked about each of them before issue #17): the changed URIs are
+// built once, only if some session subscribed to a file of this session.
 func (s *Server) filesChanged(session string, changes []api.FileChange) {
-	listChanged := false
-	for _, c := range changes {
-		s.ResourceUpdated(FileURI(session, c.Path))
-		listChanged = listChanged || c.Kind != "modified"
+	if len(changes) == 0 {
+		return
 	}
-	if listChanged {
+	prefix := FileURI(session, "")
+	s.mu.Lock()
+	subs := map[*Session][]string{}
+	for ss := range s.sessions {
+		if uris := ss.subscriptions(prefix); len(uris) > 0 {
+			subs[ss] = uris
+		}
+	}
+	s.mu.Unlock()
+	if len(subs) > 0 {
+		changed := make(map[string]bool, len(changes))
+		for _, c := range changes {
+			changed[FileURI(session, c.Path)] = true
+		}
+		for ss, uris := range subs {
+			for _, u := range uris {
+				if changed[u] {
+					ss.Notify("notifications/resources/updated", map[string]string{"uri": u})
+				}
+			}
+		}
+	}
+	if slices.ContainsFunc(changes, func(c api.FileChange) bool { return c.Kind != api.Modified }) {
 		s.broadcast("notifications/resources/list_changed", nil, func(ss *Session) bool { return s.sandboxes.knows(ss, session) })
 	}
 }

@@ -40,7 +40,8 @@ type fakeFile struct {
 }
 
 // fakeLanguages is what the fake's Languages returns. c has no aliases: a
-// nil slice, JSON null, which the output schema must allow.
+// nil slice, which the result must show as [] (the output schema has plain
+// types).
 var fakeLanguages = []LanguageInfo{
 	{Name: "python", Aliases: []string{"py", "python3"}, Version: "3.12.4", Source: "main.py", Ready: true},
 	{Name: "c", Compiled: true, Source: "main.c"},
@@ -554,6 +555,10 @@ func confirmToken(t *testing.T, r map[string]any) string {
 	m := tokenRE.FindStringSubmatch(resText(r))
 	if m == nil {
 		t.Fatalf("no confirm_token in %q", resText(r))
+	}
+	// The token and the flag are structured too (issue #17).
+	if sc, _ := r["structuredContent"].(map[string]any); sc["needs_confirmation"] != true || sc["confirm_token"] != m[1] || sc["done"] != nil {
+		t.Errorf("structuredContent of a call that needs confirmation: %s, want needs_confirmation and the confirm_token %s", mustJSON(r["structuredContent"]), m[1])
 	}
 	return m[1]
 }
@@ -1130,7 +1135,7 @@ func TestSandboxFiles(t *testing.T) {
 				if sc["session_id"] != "s1" {
 					t.Errorf("session_id %v", sc["session_id"])
 				}
-				if !strings.Contains(resText(r), "out.txt (created)") {
+				if !strings.Contains(resText(r), `created "out.txt" (file, 3 B)`) {
 					t.Errorf("text %q does not list the changed files", resText(r))
 				}
 			}},
@@ -1517,11 +1522,11 @@ func TestSandboxArguments(t *testing.T) {
 		c := dialSandbox(t, s, nil)
 		r := c.tool("list_languages", map[string]any{})
 		var want any
-		if err := json.Unmarshal([]byte(mustJSON(listLanguagesOutput{Languages: fakeLanguages})), &want); err != nil {
+		if err := json.Unmarshal([]byte(mustJSON(nonNil(listLanguagesOutput{Languages: fakeLanguages}))), &want); err != nil {
 			t.Fatal(err)
 		}
-		if r["isError"] == true || !jsonEqual(r["structuredContent"], want) {
-			t.Errorf("list_languages: %s, want %s", mustJSON(r["structuredContent"]), mustJSON(want))
+		if r["isError"] == true || !jsonEqual(r["structuredContent"], want) || strings.Contains(mustJSON(r), "null") {
+			t.Errorf("list_languages: %s, want %s (no null: the schema's types are plain)", mustJSON(r["structuredContent"]), mustJSON(want))
 		}
 		if !strings.Contains(resText(r), `"python3"`) {
 			t.Errorf("text block %q lacks the languages", resText(r))

@@ -1,11 +1,13 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -26,6 +28,9 @@ var (
 	// ErrNeedSession: the request runs a file of a session and names
 	// none.
 	ErrNeedSession = api.Invalid("session_id required")
+	// ErrSourceTaken: a program's source in a session would replace a
+	// file of the session's /work (its language's source name).
+	ErrSourceTaken = api.Invalid("the source file's name is taken")
 )
 
 // Service is mcp.Sandbox and mcp.Installer over an executor and the
@@ -92,6 +97,21 @@ func (s *Service) Execute(ctx context.Context, req api.Request) (api.Result, err
 			er.Language = m.Language
 		}
 		work := &sessionWork{sess: sess, log: s.log}
+		if er.Source != nil && er.Command == nil && er.Script == "" {
+			// The program is written to /work/<its language's source
+			// name>: never over a file of the session (issue #17: it
+			// silently replaced the user's main.py), and not left
+			// behind (sessionWork.Save removes it).
+			l, err := rootfs.Lookup(er.Language)
+			if err != nil {
+				return err
+			}
+			if _, err := sess.Stat(l.Source); !errors.Is(err, workspace.ErrNotFound) {
+				return fmt.Errorf("%w: execute_code writes the program to /work/%s, and session %s has a file of that name: "+
+					"run it with run_script, or rename or delete it first", ErrSourceTaken, l.Source, req.SessionID)
+			}
+			work.source, work.sourceData = l.Source, er.Source
+		}
 		er.Workspace, er.WorkBytes, er.Installed = work, m.Quota, m.Deps
 		var err error
 		res, err = s.execute(ctx, er, work)
@@ -137,14 +157,23 @@ func (s *Service) session(id string) (*workspace.Session, error) {
 type sessionWork struct {
 	sess *workspace.Session
 	log  *slog.Logger
-	mu   sync.Mutex
-	all  []api.FileChange
-	at   map[string]int // path -> index in all
+	// source and sourceData: the program's file that the executor wrote
+	// into /work (execute_code), removed before each save.
+	source     string
+	sourceData []byte
+	mu         sync.Mutex
+	all        []api.FileChange
+	at         map[string]int // path -> index in all
 }
 
 func (w *sessionWork) Fill(dir string) error { return w.sess.Fill(dir) }
 
 func (w *sessionWork) Save(dir string) error {
+	if w.source != "" {
+		if err := removeSource(dir, w.source, w.sourceData); err != nil {
+			return err
+		}
+	}
 	changes, skipped, err := w.sess.Save(dir)
 	if len(skipped) > 0 {
 		// FIFOs, sockets and device nodes are not kept between runs.
@@ -192,6 +221,28 @@ func (w *sessionWork) add(changes []api.FileChange) {
 			w.at[c.Path] = i
 		}
 	}
+}
+
+// removeSource removes unsafeDir/name if it is a regular file holding
+// data: the program's source as the executor wrote it. A file the program
+// changed, or replaced with something else, is the program's and is kept.
+// unsafeDir is the run's /work, the program's (no process of it is left:
+// nothing changes under the check); nothing is followed out of it.
+func removeSource(unsafeDir, name string, data []byte) error {
+	root, err := os.OpenRoot(unsafeDir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	st, err := root.Lstat(name)
+	if err != nil || !st.Mode().IsRegular() || st.Size() != int64(len(data)) {
+		return nil
+	}
+	got, err := root.ReadFile(name)
+	if err != nil || !bytes.Equal(got, data) {
+		return nil
+	}
+	return root.Remove(name)
 }
 
 func (w *sessionWork) changes() []api.FileChange {

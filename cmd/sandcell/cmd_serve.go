@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/health"
@@ -114,7 +116,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		if err != nil {
 			return env.fail(fmt.Errorf("--tcp: %w", err))
 		}
-		ln = drain.Listener(ln)
+		ln = drain.Listener(netutil.LimitListener(ln, maxConns))
 		env.log.Info("serving MCP on TCP", "addr", ln.Addr().String())
 		wg.Add(1)
 		go func() {
@@ -145,7 +147,12 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 			Workers: env.cfg.MaxRuns, Logger: env.log})
 		defer rh.Close()
 		mux.Handle("/", drain.Wrap(rh))
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		// Header, body (mcp.HTTPOptions.BodyTimeout) and keep-alive idle
+		// time are bounded, and so are the connections at once; no
+		// ReadTimeout: net/http applies it to the whole connection, so a
+		// tool call longer than it would be cancelled.
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		ln = netutil.LimitListener(ln, maxConns)
 		env.log.Info("serving MCP on HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
 		wg.Add(1)
 		go func() {
@@ -176,6 +183,12 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 	}
 	return 0
 }
+
+// maxConns bounds the connections of each network transport (HTTP, TCP)
+// at once: each is an fd and a goroutine or two, and a local client could
+// otherwise open them until the server reaches its fd limit (issue #17).
+// Past it, new connections wait in the listener's backlog.
+const maxConns = 256
 
 // loopbackDefault turns ":PORT" into "127.0.0.1:PORT": listening on every
 // interface must be asked for explicitly (0.0.0.0:PORT).

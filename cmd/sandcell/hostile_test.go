@@ -232,8 +232,10 @@ func loadCorpus(t *testing.T) []*corpusEntry {
 			t.Fatalf("manifest: %s: via %q, want mcp or nothing", e.Name, e.Via)
 		case e.Wasm && (e.Language != "c" || e.Via != "" || e.ConcurrentWith != ""):
 			t.Fatalf("manifest: %s: wasm entries are C programs run directly", e.Name)
-		case e.Via == "mcp" && (e.Language == "c" || e.Session || e.Limits.CPUMS+e.Limits.Pids+e.Limits.OutputKB+e.Limits.TmpfsMB != 0):
-			t.Fatalf("manifest: %s: through MCP only sh and python one-shot runs with timeout_ms and memory_mb", e.Name)
+		case e.Via == "mcp" && (e.Session || e.Limits.CPUMS+e.Limits.Pids+e.Limits.OutputKB+e.Limits.TmpfsMB != 0):
+			// (A c entry through MCP is compiled in the sandbox by the c
+			// layer: a compile-phase attack.)
+			t.Fatalf("manifest: %s: through MCP only one-shot runs with timeout_ms and memory_mb", e.Name)
 		case !e.Session && len(e.After) > 0:
 			t.Fatalf("manifest: %s: after steps need a session", e.Name)
 		}
@@ -646,8 +648,8 @@ func checkRun(exp expectation, res api.Result, text string) []failure {
 		switch {
 		case tag == nil:
 			fail("fence_unforgeable", "the stdout fence carries no boundary:\n%s", truncateText(text, 2000))
-		case strings.Contains(res.Stdout, tag[1]):
-			fail("fence_unforgeable", "the program printed the fence's boundary %s", tag[1])
+		case strings.Contains(res.Stdout, tag[1]) || strings.Contains(res.Stderr, tag[1]) || (res.Compile != nil && strings.Contains(res.Compile.Stderr, tag[1])):
+			fail("fence_unforgeable", "the program printed the fence's boundary %s (in its output or the compiler's)", tag[1])
 		case strings.Count(text, "[end of stdout "+tag[1]+"]") != 1 ||
 			strings.Index(text, "[end of stdout "+tag[1]+"]") < strings.Index(text, res.Stdout)+len(res.Stdout):
 			fail("fence_unforgeable", "the fence's end is not after the program's output:\n%s", truncateText(text, 2000))
@@ -656,8 +658,8 @@ func checkRun(exp expectation, res api.Result, text string) []failure {
 	return fs
 }
 
-// fenceTag finds the boundary of the text block's fences (mcp: a digest
-// of the output).
+// fenceTag finds the boundary of the text block's fences (mcp: random
+// per result).
 var fenceTag = regexp.MustCompile(`\[stdout ([0-9a-f]{12}): untrusted program output`)
 
 // fenced is how the text block of a run shows one stream (mcp's fence).
