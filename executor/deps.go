@@ -238,7 +238,7 @@ func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst ro
 	if err != nil {
 		return "", err
 	}
-	proxy, err := egress.New(egress.Config{Allow: allow, Hosts: e.opts.Deps.Hosts, Logger: e.log,
+	proxy, err := egress.New(egress.Config{Allow: allow, Hosts: e.opts.Deps.Hosts, Logger: e.log, Refused: e.opts.Deps.EgressRefused,
 		Labels: []any{"language", lang.Name, "installer", inst.Name}})
 	if err != nil {
 		return "", err

@@ -104,6 +104,9 @@ type DepsOptions struct {
 	// (a local mirror), since the proxy refuses names that DNS resolves
 	// to one (DNS rebinding).
 	Hosts map[string][]netip.Addr
+	// EgressRefused, if set, is told of each connection an install's
+	// proxy refused ("refused") or failed ("failed"): the metrics.
+	EgressRefused func(kind string) `json:"-"`
 }
 
 // Event is one request as Execute saw it.

@@ -238,7 +238,7 @@ func openService(env *cliEnv) (*served, func(), error) {
 		},
 	})
 	opts := env.cfg.Executor(env.log, func() bool { return gate.Queued() > 0 })
-	opts.Observe = m.Observe
+	opts.Observe, opts.Deps.EgressRefused = m.Observe, m.EgressRefused
 	e, err := executor.Open(opts)
 	if err != nil {
 		return nil, nil, err

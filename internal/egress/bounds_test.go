@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -80,7 +81,13 @@ func TestIdleConnectionsBounded(t *testing.T) {
 // the proxy remembers it for the install's error message (issue #17: the
 // reason was only in the server log).
 func TestRefusalsExplained(t *testing.T) {
-	p, socket := serveUnix(t, Config{Allow: []string{"pypi.org:443"}})
+	var mu sync.Mutex
+	kinds := map[string]int{}
+	p, socket := serveUnix(t, Config{Allow: []string{"pypi.org:443"}, Refused: func(kind string) {
+		mu.Lock()
+		kinds[kind]++
+		mu.Unlock()
+	}})
 	for range 2 { // the same reason twice is remembered once
 		c, err := net.Dial("unix", socket)
 		if err != nil {
@@ -98,5 +105,10 @@ func TestRefusalsExplained(t *testing.T) {
 	}
 	if got := p.Refusals(); len(got) != 1 || !strings.Contains(got[0], "files.example.org:443 is not on the allowlist") {
 		t.Errorf("Refusals() = %q, want the one reason", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if kinds["refused"] != 2 || len(kinds) != 1 {
+		t.Errorf("Refused was told %v, want refused twice (the metrics count each)", kinds)
 	}
 }

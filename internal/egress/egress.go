@@ -83,6 +83,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Logger receives a warning per refusal; nil discards.
 	Logger *slog.Logger
+	// Refused, if set, is told of each refusal: "refused" (the policy
+	// said no: 403) or "failed" (a malformed request, the upstream
+	// failed); the server's metrics count them.
+	Refused func(kind string)
 	// Labels are added to every log line (e.g. "install", key).
 	Labels []any
 }
@@ -96,6 +100,7 @@ type Proxy struct {
 	hdrTO   time.Duration
 	idle    time.Duration
 	log     *slog.Logger
+	refused func(kind string)
 	conns   *netcopy.Conns
 
 	mu       sync.Mutex
@@ -108,7 +113,7 @@ const maxRefusals = 8
 // New checks cfg and makes a proxy.
 func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{allow: map[string]bool{}, hosts: map[string][]netip.Addr{}, conns: netcopy.NewConns(cfg.MaxConns),
-		idle: cfg.IdleTimeout}
+		idle: cfg.IdleTimeout, refused: cfg.Refused}
 	if p.idle <= 0 {
 		p.idle = netcopy.Idle
 	}
@@ -401,10 +406,15 @@ func (p *Proxy) refuseErr(c net.Conn, target string, err error) {
 // pip prints "Tunnel connection failed: 403 <phrase>", so the install's own
 // output says why.
 func (p *Proxy) refuse(c net.Conn, target, why string, code int) {
+	kind := "failed"
 	if code == http.StatusForbidden {
+		kind = "refused"
 		p.log.Warn("egress refused", "target", target, "reason", why)
 	} else {
 		p.log.Info("egress failed", "target", target, "reason", why)
+	}
+	if p.refused != nil {
+		p.refused(kind)
 	}
 	p.mu.Lock()
 	if len(p.refusals) < maxRefusals && !slices.Contains(p.refusals, why) {
