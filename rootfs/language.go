@@ -50,6 +50,9 @@ type Language struct {
 	// the compile phase. See Limits for how they combine with a request.
 	Limits        api.Limits `json:"limits,omitzero"`
 	CompileLimits api.Limits `json:"compile_limits,omitzero"`
+	// Kernel, if set, lets a session keep a live interpreter of the
+	// language (see Kernel).
+	Kernel *Kernel `json:"kernel,omitempty"`
 
 	// Build recipe; callers running programs ignore these.
 
@@ -218,6 +221,11 @@ func (l Language) check() error {
 	if err := checkLimits(l.CompileLimits); err != nil {
 		return fmt.Errorf("compile_limits: %w", err)
 	}
+	if l.Kernel != nil {
+		if err := l.Kernel.check(); err != nil {
+			return err
+		}
+	}
 	return checkRecipe(l.Packages, l.Setup, l.Links, l.Trim)
 }
 
@@ -306,6 +314,7 @@ func (l Language) clone() Language {
 	l.Setup = cloneArgvs(l.Setup)
 	l.Links = maps.Clone(l.Links)
 	l.Trim = slices.Clone(l.Trim)
+	l.Kernel = l.Kernel.clone()
 	return l
 }
 
