@@ -47,6 +47,7 @@ type LanguageInfo struct {
 	Compiled bool     `json:"compiled" jsonschema:"a compile phase runs before the program"`
 	Source   string   `json:"source" jsonschema:"the file name the program is written to in /work"`
 	Ready    bool     `json:"ready" jsonschema:"its root filesystem is built (otherwise the first run builds it, or fails if the server may not build)"`
+	Kernel   bool     `json:"kernel" jsonschema:"run_cell can keep a live interpreter of it for a session"`
 }
 
 // SessionInfo describes a session.
@@ -85,6 +86,11 @@ type SandboxOptions struct {
 	// installs for (the schema's enum). Nil: installs are off.
 	Installer        Installer
 	InstallLanguages []string
+	// Kernels, if set, adds run_cell and restart_kernel (live
+	// interpreters of sessions); KernelLanguages are the languages (and
+	// aliases) that have one.
+	Kernels         Kernels
+	KernelLanguages []string
 }
 
 // AddSandboxTools registers sandcell's whole tool set over sb: the run
@@ -111,6 +117,9 @@ func AddSandboxTools(s *Server, sb Sandbox, opts *SandboxOptions) {
 	addListLanguages(s, sb)
 	if o.Installer != nil {
 		addInstallTool(s, o.Installer, o.InstallLanguages)
+	}
+	if o.Kernels != nil {
+		addKernelTools(s, o.Kernels, eo, o.KernelLanguages)
 	}
 
 	s.AddResourceTemplate(ResourceTemplate{URITemplate: FileTemplate, Name: "session-file", Title: "A file of a sandbox session",

@@ -354,6 +354,9 @@ func (k *Kernel) DeathReason() string {
 	case u.OOMKills > 0:
 		return "it was killed by the memory limit of " + limits.FormatSize(k.limits.MemoryBytes)
 	}
+	if e := k.exit(); e.Signal != "" {
+		return "it was killed by " + e.Signal
+	}
 	return "it " + k.exit().String()
 }
 
@@ -581,6 +584,9 @@ func (k *Kernel) Save(ws Workspace, files []api.File) (bool, error) {
 	}
 	err := ws.Save(k.c.work)
 	k.stamp, _ = stampWork(k.c.work)
+	if err != nil {
+		k.stamp = workStamp{} // the next cell tries again
+	}
 	return err == nil, err
 }
 

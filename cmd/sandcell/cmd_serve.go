@@ -175,5 +175,7 @@ func openService(env *cliEnv) (*service.Service, func(), error) {
 		e.Close()
 		return nil, nil, fmt.Errorf("sessions: %w", err)
 	}
-	return service.New(e, ws, gate, env.log), func() { e.Close() }, nil
+	svc := service.New(e, ws, gate, env.log)
+	svc.SetKernelOptions(service.KernelOptions{Max: env.cfg.MaxKernels, Idle: env.cfg.KernelIdle})
+	return svc, func() { e.Close() }, nil
 }

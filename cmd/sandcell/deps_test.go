@@ -20,7 +20,7 @@ var allowedImports = map[string][]string{
 	"internal/bench":     {"api", "batch", "executor", "oci", "limits", "rootfs", "seccomp", "internal/config", "internal/humaneval", "internal/par"},
 	"internal/config":    {"executor", "oci", "limits", "rootfs", "internal/egress"},
 	"internal/doctor":    {"internal/config", "oci", "limits", "rootfs"},
-	"service":            {"api", "executor", "mcp", "oci", "rootfs", "internal/workspace"},
+	"service":            {"api", "executor", "mcp", "oci", "limits", "rootfs", "internal/workspace"},
 	"batch":              {"api", "executor", "limits", "internal/humaneval", "internal/par"},
 	"executor":           {"api", "oci", "limits", "rootfs", "seccomp", "internal/egress"},
 	"oci":                {"api", "limits", "internal/netcopy"},

@@ -87,6 +87,12 @@ type Config struct {
 	// its pool shrinks to zero.
 	PoolSize int
 	PoolIdle time.Duration
+	// MaxKernels caps the live kernels (run_cell's interpreters) of a
+	// server, all sessions together (0: service.DefaultMaxKernels);
+	// KernelIdle stops a kernel that ran no cell for that long (0:
+	// service.DefaultKernelIdle).
+	MaxKernels int
+	KernelIdle time.Duration
 }
 
 // Default is the configuration of this process: a root server's, or, in
@@ -150,6 +156,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	c.addDepsFlags(fs)
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "warm pool: most containers prepared ahead per language and limits (0: off, the default; 4 suits an agent or an evaluation harness)")
 	fs.DurationVar(&c.PoolIdle, "pool-idle", c.PoolIdle, "warm pool: a language and limits not asked for this long get no containers prepared ahead")
+	fs.IntVar(&c.MaxKernels, "max-kernels", c.MaxKernels, "live interpreters (run_cell kernels) at once, all sessions together; past it a new kernel is refused as busy (default 8)")
+	fs.DurationVar(&c.KernelIdle, "kernel-idle", c.KernelIdle, "stop a kernel that ran no cell for this long (default 15m)")
 }
 
 // addDepsFlags adds the install settings' flags.
@@ -226,6 +234,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRuns < 1 || c.MaxQueue < 0 {
 		return fmt.Errorf("--max-runs %d must be at least 1 and --max-queue %d not negative", c.MaxRuns, c.MaxQueue)
+	}
+	if c.MaxKernels < 0 || c.KernelIdle < 0 {
+		return fmt.Errorf("--max-kernels %d and --kernel-idle %s must not be negative", c.MaxKernels, c.KernelIdle)
 	}
 	if c.PoolSize < 0 || c.PoolIdle <= 0 {
 		return fmt.Errorf("--pool-size %d must not be negative and --pool-idle %s must be positive", c.PoolSize, c.PoolIdle)
