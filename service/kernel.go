@@ -103,7 +103,9 @@ func (e *KernelsBusyError) Error() string {
 }
 
 // Is makes errors.Is(err, api.ErrBusy) and errors.Is(err, ErrKernelsBusy) hold.
-func (e *KernelsBusyError) Is(target error) bool { return target == api.ErrBusy || target == ErrKernelsBusy }
+func (e *KernelsBusyError) Is(target error) bool {
+	return target == api.ErrBusy || target == ErrKernelsBusy
+}
 
 type kernelKey struct{ session, language string }
 
