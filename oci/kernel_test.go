@@ -182,7 +182,27 @@ func TestKernelDeath(t *testing.T) {
 			t.Errorf("death reason %q", r)
 		}
 	})
-	// Both kernels were destroyed at the end of their subtests.
+	t.Run("work quota", func(t *testing.T) {
+		// A kernel's /work is its session's, sized to the session's
+		// quota (WorkBytes), not to the tmpfs limit.
+		l, _ := rootfs.Lookup("python")
+		driver, _ := rootfs.KernelDriver(l)
+		k, err := e.rt.StartKernel(context.Background(), &oci.Request{Root: layerRoot(t, "python"),
+			Args: []string{"/usr/bin/python3", "-B", oci.KernelDir + "/python.py"}, Limits: testLimits(t, limits.Set{}),
+			Workspace: newDirWorkspace(t, nil), WorkBytes: 1 << 20}, driver, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Destroy()
+		_, r := runCell(t, k, cell("open('/work/big', 'wb').write(b'x' * (4 << 20))", 10*time.Second))
+		if r.Status != "error" || r.Error == nil || !strings.Contains(r.Error.Message, "No space left") {
+			t.Errorf("4 MiB into a 1 MiB /work: %+v", r)
+		}
+		if _, r := runCell(t, k, cell("open('/tmp/t', 'wb').write(b'x' * (4 << 20))", 10*time.Second)); r.Status != "ok" {
+			t.Errorf("4 MiB into /tmp (the tmpfs limit, 64 MiB): %+v", r)
+		}
+	})
+	// The kernels were destroyed at the end of their subtests.
 	if n := e.rt.Live(); n != 0 {
 		t.Errorf("%d containers live after the kernels were destroyed", n)
 	}

@@ -383,6 +383,13 @@ func (ks *kernels) run(ctx context.Context, sess *workspace.Session, e *kernelEn
 		files = append(files, api.File{Path: name, Data: []byte(text), Mode: 0o644})
 		return shown, name
 	}
+	cutNote := fmt.Sprintf("\n[sandcell: output truncated at %d bytes]", lim.OutputBytes)
+	if o.StdoutTruncated {
+		o.Stdout += cutNote
+	}
+	if o.StderrTruncated {
+		o.Stderr += cutNote
+	}
 	res.Stdout, res.StdoutFile = shape(o.Stdout, "stdout")
 	res.Stderr, res.StderrFile = shape(o.Stderr, "stderr")
 	if r.Value != nil {

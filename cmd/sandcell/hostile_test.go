@@ -75,7 +75,7 @@ func TestHostileCorpus(t *testing.T) {
 		len(before.procs), before.children, len(before.mounts), len(before.cgroups), len(before.fds), len(before.layers))
 
 	start := time.Now()
-	for _, backend := range []string{"runc", "gvisor"} {
+	for _, backend := range []string{"runc", "gvisor", "kernel"} {
 		t.Run(backend, func(t *testing.T) {
 			if backend == "gvisor" {
 				_, err := h.a.Gvisor()
@@ -83,6 +83,10 @@ func TestHostileCorpus(t *testing.T) {
 			}
 			for _, e := range entries {
 				if e.partner || (backend == "gvisor" && !gvisorGroups[e.Group]) {
+					continue
+				}
+				if backend == "kernel" && e.KernelSkip != "" {
+					t.Logf("%s does not run in a kernel: %s", e.Name, e.KernelSkip)
 					continue
 				}
 				t.Run(e.Group+"/"+e.Name, func(t *testing.T) { h.runEntry(t, backend, e) })
@@ -108,6 +112,8 @@ type corpusEntry struct {
 	Limits         corpusLimits      `json:"limits"`
 	Expect         expectation       `json:"expect"`
 	GVisor         *expectation      `json:"gvisor"` // replaces Expect under gVisor
+	Kernel         *expectation      `json:"kernel"` // replaces kernelExpect's in a kernel (hostile_kernel_test.go)
+	KernelSkip     string            `json:"kernel_skip"`
 	Why            string            `json:"why"`
 	Session        bool              `json:"session"`
 	After          []sessionOp       `json:"after"`
@@ -451,6 +457,9 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 	if backend == "gvisor" && e.GVisor != nil {
 		exp = *e.GVisor
 	}
+	if backend == "kernel" {
+		exp = kernelExpect(e)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var (
@@ -459,7 +468,7 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 		err  error
 	)
 	session := ""
-	if e.Session {
+	if e.Session || backend == "kernel" {
 		lang := e.Language
 		if lang == "c" {
 			lang = "sh"
@@ -470,12 +479,17 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 		}
 		session = info.SessionID
 		defer func() {
+			if session == "" {
+				return // a kernel's, closed below
+			}
 			if err := h.sb.CloseSession(context.Background(), session); err != nil {
 				t.Errorf("close session: %v", err)
 			}
 		}()
 	}
 	switch {
+	case backend == "kernel":
+		res, err = h.runCellEntry(ctx, t, e, session)
 	case e.Via == "mcp":
 		res, text, err = h.conn.execute(ctx, t, backend, e, exp)
 	case e.ConcurrentWith != "":
@@ -490,7 +504,15 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 		res.ExecutionTimeMS, res.Message, truncateText(res.Stdout, 3000), truncateText(res.Stderr, 1000))
 	h.report(t, e, append(h.universal(res), checkRun(exp, res, text)...))
 	for i, op := range e.After {
-		h.sessionStep(t, backend, e, session, i, op)
+		h.sessionStep(t, strings.Replace(backend, "kernel", "runc", 1), e, session, i, op)
+	}
+	if backend == "kernel" {
+		// The kernel lives until its session is closed.
+		if err := h.sb.CloseSession(context.Background(), session); err != nil {
+			t.Errorf("close session: %v", err)
+		}
+		session = ""
+		h.checkKernelsGone(t)
 	}
 	h.assertHostIntact(t)
 }
