@@ -247,3 +247,63 @@ func TestKernelJavaScript(t *testing.T) {
 		t.Errorf("after the interrupts x + 1 = %q", r.Value)
 	}
 }
+
+// BenchmarkKernelExec is one cell `x = x + 1` in a live python kernel, the
+// kernel's part of a run_cell (the pipes, the driver, the marks, the
+// cgroup counters read before and after): BENCHMARKS.md's breakdown.
+func BenchmarkKernelExec(b *testing.B) {
+	e := newTestEnv(b)
+	k := e.startKernelB(b)
+	k.Exec(context.Background(), cell("x = 0", 10*time.Second))
+	c := cell("x = x + 1", 10*time.Second)
+	b.ResetTimer()
+	for range b.N {
+		if o := k.Exec(context.Background(), c); o.Reply == nil || o.Died {
+			b.Fatalf("cell: %+v", o)
+		}
+	}
+}
+
+// BenchmarkKernelSaveUnchanged is the save after a cell that changed
+// nothing in /work: the stamp walk alone.
+func BenchmarkKernelSaveUnchanged(b *testing.B) {
+	e := newTestEnv(b)
+	k := e.startKernelB(b)
+	w := &countingWorkspace{}
+	for range 3 { // the first saves after the start may be taken (recent files)
+		time.Sleep(60 * time.Millisecond)
+		k.Save(w, nil)
+	}
+	w.saves = 0
+	b.ResetTimer()
+	for range b.N {
+		if _, err := k.Save(w, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if w.saves > 0 {
+		b.Fatalf("%d saves of an unchanged /work", w.saves)
+	}
+}
+
+type countingWorkspace struct{ saves int }
+
+func (w *countingWorkspace) Fill(string) error { return nil }
+func (w *countingWorkspace) Save(string) error { w.saves++; return nil }
+
+func (e *testEnv) startKernelB(b *testing.B) *oci.Kernel {
+	b.Helper()
+	l, _ := rootfs.Lookup("python")
+	driver, err := rootfs.KernelDriver(l)
+	if err != nil {
+		b.Fatal(err)
+	}
+	k, err := e.rt.StartKernel(context.Background(), &oci.Request{Root: layerRoot(b, "python"),
+		Args: []string{"/usr/bin/python3", "-B", oci.KernelDir + "/python.py"}, Limits: testLimits(b, limits.Set{}),
+		Workspace: &countingWorkspace{}}, driver, 30*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { k.Destroy() })
+	return k
+}
