@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,7 +64,18 @@ func (c *toolClient) cell(ctx context.Context, args map[string]any) (cellResult,
 // kernel and says so.
 func TestKernelNotebook(t *testing.T) {
 	ctx := ctxFor(t, 4*time.Minute)
-	c := connect(t, ctx, sandcellCommand(t), nil, "2025-11-25")
+	var (
+		liveMu sync.Mutex
+		live   []string
+	)
+	opts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+		if req.Params.Meta["sandcell/stream"] == "stdout" {
+			liveMu.Lock()
+			live = append(live, req.Params.Meta["sandcell/text"].(string))
+			liveMu.Unlock()
+		}
+	}}
+	c := connect(t, ctx, sandcellCommand(t), opts, "2025-11-25")
 	defer c.cs.Close()
 
 	type language struct {
@@ -134,6 +146,40 @@ func TestKernelNotebook(t *testing.T) {
 	rr, err := c.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: r.Display[0].URI})
 	if err != nil || len(rr.Contents) != 1 || !bytes.Equal(rr.Contents[0].Blob, img.Data) {
 		t.Fatalf("resources/read %s: %v (the saved figure must be the image)", r.Display[0].URI, err)
+	}
+
+	// A figure past the pixel budget is rendered smaller to fit it; an
+	// explicit display() of a PIL image comes back as an image too.
+	r, res = run("big = plt.figure(figsize=(30, 20), dpi=100)\nplt.plot([1, 2, 3])\nfrom PIL import Image\ndisplay(Image.new('RGB', (64, 32), 'red'))")
+	if r.Status != "ok" || len(r.Display) != 2 {
+		t.Fatalf("big figure and display(): %+v\n%s", r, text(res))
+	}
+	if d := r.Display[0]; d.MIMEType != "image/png" || d.Width != 64 || d.Height != 32 || !d.Inline {
+		t.Errorf("display(PIL image): %+v", d)
+	}
+	if d := r.Display[1]; !d.Inline || d.Width*d.Height > 1_200_000 || d.Width < 1000 || !strings.Contains(d.Note, "image budget") {
+		t.Errorf("a 3000x2000 figure: %+v, want it rendered within the 1.2-megapixel budget, said so", d)
+	}
+
+	// Another tool changes the session: the kernel's /work follows.
+	if res := c.call(ctx, "write_file", map[string]any{"session_id": sess, "path": "more.csv", "content": "city,temp\nRome,15\n"}); res.IsError {
+		t.Fatalf("write_file: %s", text(res))
+	}
+	if r, _ = run("pd.concat([df, pd.read_csv('more.csv')]).shape[0]"); r.Status != "ok" || r.Value != "5" || r.Kernel.New {
+		t.Fatalf("a file written by write_file while the kernel lives: %+v", r)
+	}
+
+	// Output streams live as progress notifications.
+	p := &mcp.CallToolParams{Name: "run_cell", Arguments: map[string]any{"session_id": sess,
+		"code": "import time\nfor i in range(6):\n    print('tick', i, flush=True)\n    time.sleep(0.15)"}}
+	p.SetProgressToken("cell-live")
+	res = c.callParams(ctx, p)
+	structured(t, res, &r)
+	liveMu.Lock()
+	got := strings.Join(live, "")
+	liveMu.Unlock()
+	if r.Status != "ok" || got != r.Stdout || !strings.Contains(got, "tick 5") {
+		t.Errorf("live output %q, result stdout %q (%s)", got, r.Stdout, r.Status)
 	}
 
 	// An exception: structured, and the kernel keeps its state.
@@ -215,6 +261,16 @@ func TestKernelLimitsAndRestart(t *testing.T) {
 	r, _ := c.cell(ctx, map[string]any{"session_id": b, "code": "'x' in dir()", "restart": true})
 	if r.Status != "ok" || !r.Kernel.New || r.Value != "False" || !strings.Contains(r.Kernel.Previous, "restarted on request") {
 		t.Fatalf("restart: true: %+v", r)
+	}
+	// A crash: the result says the kernel died, the next call that it
+	// got a new one.
+	r, _ = c.cell(ctx, map[string]any{"session_id": b, "code": "import os\nos._exit(3)"})
+	if r.Status != "error" || r.Kernel.Alive || !strings.Contains(r.Message, "exited with code 3") || !strings.Contains(r.Message, "state is lost") {
+		t.Fatalf("os._exit(3): %+v", r)
+	}
+	r, _ = c.cell(ctx, map[string]any{"session_id": b, "code": "1 + 1"})
+	if r.Status != "ok" || !r.Kernel.New || !strings.Contains(r.Kernel.Previous, "exited with code 3") {
+		t.Fatalf("after the crash: %+v", r)
 	}
 	c.cell(ctx, map[string]any{"session_id": b, "code": "y = 3"})
 	time.Sleep(5 * time.Second)

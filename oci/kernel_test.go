@@ -148,6 +148,17 @@ func TestKernelPython(t *testing.T) {
 	if _, r := runCell(t, k, cell("x", 10*time.Second)); r.Value != "42" {
 		t.Errorf("after the interrupt x = %q, want 42", r.Value)
 	}
+
+	// A cancelled call interrupts its cell the same way.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	o = k.Exec(ctx, cell("import time\ntime.sleep(30)", 10*time.Second))
+	if o.Stop != oci.CellCancelled || o.Died || o.Elapsed > 3*time.Second {
+		t.Fatalf("cancelled: stop %q died %v after %v", o.Stop, o.Died, o.Elapsed)
+	}
+	if _, r := runCell(t, k, cell("x", 10*time.Second)); r.Value != "42" {
+		t.Errorf("after the cancellation x = %q, want 42", r.Value)
+	}
 }
 
 // A cell that ignores the interrupt is killed after the grace period; a
