@@ -2,12 +2,15 @@ package service
 
 import (
 	"bytes"
+	"context"
 	"image"
 	"image/png"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/workspace"
 )
 
 func TestShapeText(t *testing.T) {
@@ -70,5 +73,40 @@ func TestImageBudget(t *testing.T) {
 	b.admit(&d, pngOf(t, 400, 400), nil)
 	if d.Inline || !strings.Contains(d.Note, "100-byte") || d.Width != 400 {
 		t.Errorf("over the byte cap: %+v", d)
+	}
+}
+
+// A session's cells are numbered after the outputs it already holds, so
+// that a new kernel (or a server restart) does not overwrite earlier
+// figures.
+func TestNextCellAfterOutputs(t *testing.T) {
+	ws, err := workspace.Open(t.TempDir(), workspace.Options{UID: os.Getuid(), GID: os.Getgid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ws.Create("python", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := ws.Get(m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := sess.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	for _, p := range []string{"outputs/cell7-figure1.png", "outputs/cell12-stdout.txt", "outputs/notes.txt", "cell99-elsewhere.png"} {
+		if _, err := sess.Write(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ks := newKernels(&Service{ws: ws})
+	if n := ks.nextCell(sess); n != 13 {
+		t.Errorf("first cell %d, want 13 (after outputs/cell12-*)", n)
+	}
+	if n := ks.nextCell(sess); n != 14 {
+		t.Errorf("second cell %d, want 14", n)
 	}
 }

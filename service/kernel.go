@@ -201,8 +201,14 @@ func (s *Service) RunCell(ctx context.Context, req api.CellRequest) (api.CellRes
 		}
 		work := &sessionWork{sess: sess, log: s.log}
 		e, info, more, err := s.kernels.acquire(ctx, sess, lang, req, work)
-		if err != nil {
+		if errors.Is(err, api.ErrInvalid) || errors.Is(err, api.ErrBusy) || ctx.Err() != nil {
 			return err
+		}
+		if err != nil {
+			// sandcell failed to start the kernel: a result, not a refusal.
+			res = api.CellResult{Status: api.StatusInternalError, SessionID: req.SessionID, Message: "the kernel did not start: " + err.Error(),
+				Kernel: api.KernelInfo{Language: lang.Name}, Files: work.changes()}
+			return nil
 		}
 		res = s.kernels.run(ctx, sess, e, info, lim, req, work)
 		res.Notes = append(append(notes, more...), res.Notes...)

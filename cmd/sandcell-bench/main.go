@@ -242,7 +242,7 @@ func kernelBench(ctx context.Context, cfg config.Config, log *slog.Logger, args 
 	fs.StringVar(&c.Sandcell, "sandcell", filepath.Join(filepath.Dir(exe), "sandcell"), "the sandcell binary whose server is measured")
 	fs.IntVar(&c.N, "n", 200, "cells of x = x + 1 (and host python3 -c pass runs)")
 	fs.IntVar(&c.Starts, "starts", 5, "new kernels per start case (first cell, pandas cold and warm)")
-	fs.StringVar(&c.Python, "python", "python3", "the host's python, for the side-by-side column")
+	fs.StringVar(&c.Python, "python", "/usr/bin/python3", "the host's python, for the side-by-side column (Debian's python3.11, the build the python layer has; not a PATH shim such as pyenv's)")
 	mdPath := fs.String("markdown", "", "rewrite the block between "+bench.KernelBlockBegin+" and "+bench.KernelBlockEnd+" in this file (appended if missing)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: sandcell-bench [global flags] kernel [flags]\n\n"+

@@ -73,7 +73,7 @@ func RunKernel(ctx context.Context, cfg KernelConfig) (*KernelReport, error) {
 		cfg.Command = commandLine()
 	}
 	if cfg.Python == "" {
-		cfg.Python = "python3"
+		cfg.Python = "/usr/bin/python3"
 	}
 	log := cfg.Log
 	if log == nil {
