@@ -192,13 +192,11 @@ func (s *Service) RunCell(ctx context.Context, req api.CellRequest) (api.CellRes
 		if err != nil {
 			return err
 		}
-		if s.gate != nil {
-			release, err := s.gate.Enter(ctx)
-			if err != nil {
-				return err
-			}
-			defer release()
+		release, err := s.enter(ctx)
+		if err != nil {
+			return err
 		}
+		defer release()
 		work := &sessionWork{sess: sess, log: s.log}
 		e, info, more, err := s.kernels.acquire(ctx, sess, lang, req, work)
 		if errors.Is(err, api.ErrInvalid) || errors.Is(err, api.ErrBusy) || ctx.Err() != nil {
@@ -215,6 +213,15 @@ func (s *Service) RunCell(ctx context.Context, req api.CellRequest) (api.CellRes
 		return nil
 	})
 	return res, err
+}
+
+// enter takes a slot of the gate (a cell runs like a run; an idle kernel
+// holds none); without a gate it admits at once.
+func (s *Service) enter(ctx context.Context) (release func(), err error) {
+	if s.gate == nil {
+		return func() {}, nil
+	}
+	return s.gate.Enter(ctx)
 }
 
 // acquire returns the session's live kernel of lang, marked busy, or
@@ -528,13 +535,11 @@ func (s *Service) RestartKernel(ctx context.Context, sessionID, language string,
 			}
 			return nil
 		}
-		if s.gate != nil {
-			release, err := s.gate.Enter(ctx)
-			if err != nil {
-				return err
-			}
-			defer release()
+		release, err := s.enter(ctx)
+		if err != nil {
+			return err
 		}
+		defer release()
 		work := &sessionWork{sess: sess, log: s.log}
 		e, i, _, err := ks.acquire(ctx, sess, lang, api.CellRequest{Restart: true, Limits: lim}, work)
 		if err != nil {

@@ -161,12 +161,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		return fail(stderr, err)
 	}
-	md := rep.Markdown()
-	fmt.Fprint(stdout, md)
-	if *mdPath != "" {
-		if err := bench.RewriteBlock(*mdPath, md); err != nil {
-			return fail(stderr, err)
-		}
+	if err := report(stdout, rep.Markdown(), *mdPath, bench.RewriteBlock); err != nil {
+		return fail(stderr, err)
 	}
 	if *plotPath != "" {
 		if err := rep.Plot(*plotPath); err != nil {
@@ -293,14 +289,20 @@ func kernelBench(ctx context.Context, cfg config.Config, log *slog.Logger, args 
 	case err != nil:
 		return fail(stderr, err)
 	}
-	md := rep.Markdown()
-	fmt.Fprint(stdout, md)
-	if *mdPath != "" {
-		if err := bench.RewriteKernelBlock(*mdPath, md); err != nil {
-			return fail(stderr, err)
-		}
+	if err := report(stdout, rep.Markdown(), *mdPath, bench.RewriteKernelBlock); err != nil {
+		return fail(stderr, err)
 	}
 	return 0
+}
+
+// report prints a report's Markdown and, with a path, rewrites its block
+// of that file.
+func report(stdout io.Writer, md, path string, rewrite func(path, block string) error) error {
+	fmt.Fprint(stdout, md)
+	if path == "" {
+		return nil
+	}
+	return rewrite(path, md)
 }
 
 // open opens the executor of cfg and the harness's options that go with it.

@@ -7,9 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/sandcell/sandcell/api"
 )
@@ -100,65 +98,24 @@ func (h *harness) cellCode(t *testing.T, ctx context.Context, e *corpusEntry, se
 // runCellEntry runs one entry in a kernel of session (and, for a pair, its
 // partner in a kernel of another session alongside).
 func (h *harness) runCellEntry(ctx context.Context, t *testing.T, e *corpusEntry, session string) (api.Result, error) {
-	cell := func(e *corpusEntry, session string, output func(stream, text string)) (api.Result, error) {
-		lim := e.Limits.set()
-		lim.TmpfsMB = 0 // a kernel's /work is its session's; the tmpfs limit is /tmp's
-		if e.Limits.TmpfsMB > 0 {
-			lim.TmpfsMB = e.Limits.TmpfsMB
+	run := func(x *corpusEntry, output func(stream, text string)) (api.Result, error) {
+		sess := session
+		if x != e { // the partner: a kernel of its own session
+			other, err := h.sb.CreateSession(ctx, "python", 0)
+			if err != nil {
+				return api.Result{}, err
+			}
+			defer h.sb.CloseSession(context.Background(), other.SessionID)
+			sess = other.SessionID
 		}
-		cr, err := h.sb.RunCell(ctx, api.CellRequest{SessionID: session, Language: "python", Code: []byte(h.cellCode(t, ctx, e, session)),
-			Limits: lim, Output: output})
+		cr, err := h.sb.RunCell(ctx, api.CellRequest{SessionID: sess, Language: "python", Code: []byte(h.cellCode(t, ctx, x, sess)),
+			Limits: x.Limits.set(), Output: output})
 		return cellAsResult(cr), err
 	}
-	p := e.alongside
-	if p == nil {
-		return cell(e, session, nil)
+	if e.alongside == nil {
+		return run(e, nil)
 	}
-	other, err := h.sb.CreateSession(ctx, "python", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.sb.CloseSession(context.Background(), other.SessionID)
-	ready := make(chan struct{})
-	var (
-		once sync.Once
-		mu   sync.Mutex
-		seen strings.Builder
-	)
-	type outcome struct {
-		res api.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := cell(p, other.SessionID, func(stream, text string) {
-			mu.Lock()
-			defer mu.Unlock()
-			if stream == "stdout" {
-				seen.WriteString(text)
-				if strings.Contains(seen.String(), p.Ready+"\n") {
-					once.Do(func() { close(ready) })
-				}
-			}
-		})
-		done <- outcome{res, err}
-	}()
-	select {
-	case <-ready:
-	case o := <-done:
-		t.Fatalf("partner %s ended before it was ready: %v %s\n%s%s", p.Name, o.err, o.res.Status, o.res.Stdout, o.res.Stderr)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("partner %s never said %q", p.Name, p.Ready)
-	}
-	res, err := cell(e, session, nil)
-	po := <-done
-	if po.err != nil {
-		t.Fatalf("partner %s refused: %v", p.Name, po.err)
-	}
-	for _, f := range append(h.universal(po.res), checkRun(kernelExpect(p), po.res, "")...) {
-		t.Errorf("partner %s: %s: %s", p.Name, f.check, f.msg)
-	}
-	return res, err
+	return h.runPair(t, e, run, kernelExpect)
 }
 
 // cellAsResult puts a cell's result in a run's shape for the corpus's

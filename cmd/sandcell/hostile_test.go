@@ -493,7 +493,16 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 	case e.Via == "mcp":
 		res, text, err = h.conn.execute(ctx, t, backend, e, exp)
 	case e.ConcurrentWith != "":
-		res, err = h.runPair(ctx, t, backend, e)
+		res, err = h.runPair(t, e, func(x *corpusEntry, output func(stream, text string)) (api.Result, error) {
+			req := h.request(t, backend, x.Language, x.File, x.Args, x.Env, x.Limits, "")
+			req.Output = output
+			return h.sb.Execute(ctx, req)
+		}, func(x *corpusEntry) expectation {
+			if backend == "gvisor" && x.GVisor != nil {
+				return *x.GVisor
+			}
+			return x.Expect
+		})
 	default:
 		res, err = h.sb.Execute(ctx, h.request(t, backend, e.Language, e.File, e.Args, e.Env, e.Limits, session))
 	}
@@ -519,8 +528,10 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 
 // runPair runs e while its partner (the entry it names in
 // concurrent_with) is alive: the partner first, until it prints its ready
-// marker, then e; the partner's own verdict is checked too.
-func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *corpusEntry) (api.Result, error) {
+// marker, then e; the partner's own verdict (expect) is checked too. run
+// runs one entry, passing its live output to output.
+func (h *harness) runPair(t *testing.T, e *corpusEntry, run func(e *corpusEntry, output func(stream, text string)) (api.Result, error),
+	expect func(*corpusEntry) expectation) (api.Result, error) {
 	p := e.alongside
 	ready := make(chan struct{})
 	var (
@@ -528,8 +539,7 @@ func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *
 		mu   sync.Mutex
 		seen strings.Builder
 	)
-	req := h.request(t, backend, p.Language, p.File, p.Args, p.Env, p.Limits, "")
-	req.Output = func(stream, text string) {
+	output := func(stream, text string) {
 		mu.Lock()
 		defer mu.Unlock()
 		if stream == "stdout" {
@@ -545,7 +555,7 @@ func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := h.sb.Execute(ctx, req)
+		res, err := run(p, output)
 		done <- outcome{res, err}
 	}()
 	var partner outcome
@@ -553,20 +563,16 @@ func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *
 	case <-ready:
 	case partner = <-done:
 		t.Fatalf("partner %s ended before it was ready: %v %s\n%s%s", p.Name, partner.err, partner.res.Status, partner.res.Stdout, partner.res.Stderr)
-	case <-time.After(30 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatalf("partner %s never said %q", p.Name, p.Ready)
 	}
-	res, err := h.sb.Execute(ctx, h.request(t, backend, e.Language, e.File, e.Args, e.Env, e.Limits, ""))
+	res, err := run(e, nil)
 	partner = <-done
 	if partner.err != nil {
 		t.Fatalf("partner %s refused: %v", p.Name, partner.err)
 	}
-	pexp := p.Expect
-	if backend == "gvisor" && p.GVisor != nil {
-		pexp = *p.GVisor
-	}
 	t.Logf("partner %s: status %s\nstdout: %s", p.Name, partner.res.Status, partner.res.Stdout)
-	for _, f := range append(h.universal(partner.res), checkRun(pexp, partner.res, "")...) {
+	for _, f := range append(h.universal(partner.res), checkRun(expect(p), partner.res, "")...) {
 		t.Errorf("partner %s: %s: %s", p.Name, f.check, f.msg)
 	}
 	return res, err
