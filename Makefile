@@ -81,6 +81,7 @@ unit: ## fast tests only (-short: no layer builds, no containers)
 BENCH_FLAGS ?=
 bench: deps build layers ## latency (bare, bwrap, runc/runsc CLIs, sandcell) and throughput side by side: BENCHMARKS.md block, docs/bench-latency.svg
 	$(SUDO) ./$(BENCH_BIN) --home $(LAYER_DIR) --markdown BENCHMARKS.md --plot docs/bench-latency.svg $(BENCH_FLAGS)
+	$(SUDO) ./$(BENCH_BIN) --home $(LAYER_DIR) kernel --markdown BENCHMARKS.md
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

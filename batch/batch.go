@@ -410,7 +410,7 @@ func HumanEval(path, langs, samplesPath string) ([]Job, error) {
 			continue
 		}
 		lang := prog.Language
-		j.Req = api.Request{Language: lang, Source: []byte(prog.Source)}
+		j.Req = api.Request{Language: prog.Run, Source: []byte(prog.Source)}
 		j.Judge = func(res api.Result) string { return JudgeHumanEval(lang, res) }
 		jobs = append(jobs, j)
 	}

@@ -101,7 +101,7 @@ func checkTSReport(t *testing.T, out string, code int, wantVersion string, liste
 	if wantVersion != "" && r.ProtocolVersion != wantVersion {
 		t.Errorf("negotiated %q (era %q), want %s", r.ProtocolVersion, r.Era, wantVersion)
 	}
-	if len(r.Tools) != 12 || r.Tools[0] != "execute_code" { // install_dependencies last
+	if n := len(r.Tools); n != 14 || r.Tools[0] != "execute_code" || r.Tools[n-1] != "restart_kernel" { // the kernel tools last
 		t.Errorf("tools %v", r.Tools)
 	}
 	if r.Python.IsError || r.Python.Stdout != "cba" || r.Python.Status != "ok" {

@@ -35,8 +35,9 @@ func exerciseSandcell(t *testing.T, ctx context.Context, cs *mcp.ClientSession, 
 	if err != nil {
 		t.Fatalf("ListTools: %v", err)
 	}
-	if len(tools.Tools) != 12 || tools.Tools[0].Name != "execute_code" {
-		t.Fatalf("%d tools, first %q; want 12 (install_dependencies last), execute_code first", len(tools.Tools), tools.Tools[0].Name)
+	if n := len(tools.Tools); n != 14 || tools.Tools[0].Name != "execute_code" || tools.Tools[n-1].Name != "restart_kernel" {
+		t.Fatalf("%d tools, first %q, last %q; want 14, execute_code first, restart_kernel last (the kernel tools after install_dependencies)",
+			n, tools.Tools[0].Name, tools.Tools[n-1].Name)
 	}
 	for _, tool := range tools.Tools {
 		if a := tool.Annotations; a == nil || a.DestructiveHint == nil || a.OpenWorldHint == nil {

@@ -49,6 +49,7 @@ type LanguageInfo struct {
 	Ready    bool     `json:"ready" jsonschema:"its root filesystem is built (otherwise the first run builds it, or fails if the server may not build)"`
 	Image    string   `json:"image,omitempty" jsonschema:"the imported image that is its root filesystem (ready: imported)"`
 	Wasm     bool     `json:"wasm,omitempty" jsonschema:"also offered under isolation wasm (a WebAssembly module in the server's process)"`
+	Kernel   bool     `json:"kernel" jsonschema:"run_cell can keep a live interpreter of it for a session"`
 }
 
 // SessionInfo describes a session.
@@ -93,6 +94,11 @@ type SandboxOptions struct {
 	// installs for (the schema's enum). Nil: installs are off.
 	Installer        Installer
 	InstallLanguages []string
+	// Kernels, if set, adds run_cell and restart_kernel (live
+	// interpreters of sessions); KernelLanguages are the languages (and
+	// aliases) that have one.
+	Kernels         Kernels
+	KernelLanguages []string
 }
 
 // AddSandboxTools registers sandcell's whole tool set over sb: the run
@@ -119,6 +125,9 @@ func AddSandboxTools(s *Server, sb Sandbox, opts *SandboxOptions) {
 	addListLanguages(s, sb)
 	if o.Installer != nil {
 		addInstallTool(s, o.Installer, o.InstallLanguages)
+	}
+	if o.Kernels != nil {
+		addKernelTools(s, o.Kernels, eo, o.KernelLanguages)
 	}
 
 	s.AddResourceTemplate(ResourceTemplate{URITemplate: FileTemplate, Name: "session-file", Title: "A file of a sandbox session",

@@ -59,7 +59,8 @@ type run struct {
 	ended  time.Time
 
 	// pooled: the run was prepared ahead of its request (see Pool); its
-	// output is read only once the request is bound (bind).
+	// output is read only once the request is bound (bind). Also set for
+	// a kernel, whose output its streams read per cell (kernelStream).
 	pooled bool
 }
 

@@ -31,6 +31,10 @@ var (
 	// language.
 	ErrNoInstaller = api.Invalid("no package installer")
 
+	// ErrNoKernel means the language has no kernel (no live interpreter
+	// for sessions).
+	ErrNoKernel = api.Invalid("no kernel for this language")
+
 	// ErrInvalidRequirement means a requirement given to an install is
 	// not a package name with an optional version constraint.
 	ErrInvalidRequirement = api.Invalid("invalid requirement")

@@ -50,6 +50,9 @@ type Language struct {
 	// the compile phase. See Limits for how they combine with a request.
 	Limits        api.Limits `json:"limits,omitzero"`
 	CompileLimits api.Limits `json:"compile_limits,omitzero"`
+	// Kernel, if set, lets a session keep a live interpreter of the
+	// language (see Kernel).
+	Kernel *Kernel `json:"kernel,omitempty"`
 
 	// Build recipe; callers running programs ignore these.
 
@@ -247,6 +250,11 @@ func (l Language) check() error {
 	if err := checkLimits(l.CompileLimits); err != nil {
 		return fmt.Errorf("compile_limits: %w", err)
 	}
+	if l.Kernel != nil {
+		if err := l.Kernel.check(); err != nil {
+			return err
+		}
+	}
 	return checkRecipe(l.Packages, l.Setup, l.Links, l.Trim)
 }
 
@@ -342,6 +350,7 @@ func (l Language) clone() Language {
 		w.Fetch, w.Compile, w.Run, w.Env = cloneFetch(w.Fetch), slices.Clone(w.Compile), slices.Clone(w.Run), slices.Clone(w.Env)
 		l.Wasm = &w
 	}
+	l.Kernel = l.Kernel.clone()
 	return l
 }
 

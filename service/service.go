@@ -36,10 +36,11 @@ var (
 // Service is mcp.Sandbox and mcp.Installer over an executor and the
 // sessions' workspaces. Its methods may be called concurrently.
 type Service struct {
-	exec *executor.Executor
-	ws   *workspace.Store
-	gate *Gate
-	log  *slog.Logger
+	exec    *executor.Executor
+	ws      *workspace.Store
+	gate    *Gate
+	log     *slog.Logger
+	kernels *kernels // the sessions' live interpreters (kernel.go)
 }
 
 // New makes the service. gate admits its runs and installs (nil: no
@@ -48,7 +49,9 @@ func New(exec *executor.Executor, ws *workspace.Store, gate *Gate, log *slog.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{exec: exec, ws: ws, gate: gate, log: log}
+	s := &Service{exec: exec, ws: ws, gate: gate, log: log}
+	s.kernels = newKernels(s)
+	return s
 }
 
 // Executor is the executor the service runs requests with (the REST
@@ -260,7 +263,7 @@ func (s *Service) Languages(context.Context) ([]mcp.LanguageInfo, error) {
 			return nil, err
 		}
 		out = append(out, mcp.LanguageInfo{Name: l.Name, Aliases: slices.Clone(l.Aliases), Version: st.Version,
-			Compiled: l.Compiled(), Source: l.Source, Ready: st.Built, Image: l.Image, Wasm: l.OffersWasm()})
+			Compiled: l.Compiled(), Source: l.Source, Ready: st.Built, Image: l.Image, Wasm: l.OffersWasm(), Kernel: l.Kernel != nil})
 	}
 	return out, nil
 }
@@ -283,8 +286,15 @@ func (s *Service) CreateSession(ctx context.Context, language string, ttl time.D
 }
 
 // locked runs f on the session with its lock held: file changes wait for
-// a run in progress to be saved instead of being overwritten by it.
+// a run in progress to be saved instead of being overwritten by it. The
+// session's kernels refresh their /work before their next cell.
 func (s *Service) locked(ctx context.Context, id string, f func(*workspace.Session) error) error {
+	defer s.kernels.changed(id)
+	return s.withSession(ctx, id, f)
+}
+
+// withSession runs f on the session with its lock held.
+func (s *Service) withSession(ctx context.Context, id string, f func(*workspace.Session) error) error {
 	sess, err := s.session(id)
 	if err != nil {
 		return err
@@ -300,6 +310,7 @@ func (s *Service) locked(ctx context.Context, id string, f func(*workspace.Sessi
 func (s *Service) CloseSession(ctx context.Context, id string) error {
 	return s.locked(ctx, id, func(*workspace.Session) error {
 		s.log.InfoContext(ctx, "session closed", "session", id)
+		s.kernels.sessionGone(id)
 		return s.ws.Remove(id)
 	})
 }
@@ -365,8 +376,10 @@ func fileError(path string, err error) error {
 	return err
 }
 
-// ExpireSessions removes idle sessions every minute until ctx ends.
+// ExpireSessions removes idle sessions every minute until ctx ends, and
+// stops idle kernels (and every kernel when ctx ends).
 func (s *Service) ExpireSessions(ctx context.Context) {
+	go s.kernels.expire(ctx)
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {

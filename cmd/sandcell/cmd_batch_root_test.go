@@ -71,6 +71,7 @@ func TestBatchHumanEvalCanonical(t *testing.T) {
 		langs = []string{"python", "javascript"}
 	}
 	requireLayers(t, langs...)
+	requireLayers(t, "python-data") // python's programs run there (they import numpy)
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 	got := batchResults(t, out, "--humaneval", humanevalDir, "--lang", strings.Join(langs, ","), "--concurrency", "2")
 	var failed []string

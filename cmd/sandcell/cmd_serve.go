@@ -221,8 +221,9 @@ func openService(env *cliEnv) (*served, func(), error) {
 	}
 	gate := service.NewGate(env.cfg.MaxRuns, env.cfg.MaxQueue)
 	var (
-		e  *executor.Executor
-		ws *workspace.Store
+		e       *executor.Executor
+		ws      *workspace.Store
+		kernels func() int
 	)
 	m := metrics.New(metrics.Sources{
 		Live: func() int { return e.Runtime().Live() },
@@ -230,6 +231,7 @@ func openService(env *cliEnv) (*served, func(), error) {
 			ms, _ := ws.List()
 			return len(ms)
 		},
+		Kernels: func() int { return kernels() },
 		Pool: func() (oci.PoolStats, int) {
 			if p := e.Pool(); p != nil {
 				return p.Stats(), p.Idle()
@@ -252,7 +254,10 @@ func openService(env *cliEnv) (*served, func(), error) {
 		e.Close()
 		return nil, nil, fmt.Errorf("sessions: %w", err)
 	}
-	return &served{service.New(e, ws, gate, env.log), e, m}, func() { e.Close() }, nil
+	svc := service.New(e, ws, gate, env.log)
+	svc.SetKernelOptions(service.KernelOptions{Max: env.cfg.MaxKernels, Idle: env.cfg.KernelIdle})
+	kernels = svc.LiveKernels
+	return &served{svc, e, m}, func() { e.Close() }, nil
 }
 
 // prebuild builds the layers of langs before the server takes calls

@@ -21,7 +21,7 @@ var allowedImports = map[string][]string{
 	"internal/metrics":   {"executor", "oci"},
 	"internal/config":    {"executor", "oci", "limits", "rootfs", "internal/egress"},
 	"internal/doctor":    {"internal/config", "oci", "limits", "rootfs"},
-	"service":            {"api", "executor", "mcp", "oci", "rootfs", "internal/workspace"},
+	"service":            {"api", "executor", "mcp", "oci", "limits", "rootfs", "internal/workspace"},
 	"batch":              {"api", "executor", "limits", "internal/humaneval", "internal/par", "internal/progress"},
 	"rest":               {"api", "batch", "executor", "limits", "rootfs"},
 	"executor":           {"api", "oci", "limits", "rootfs", "seccomp", "internal/egress", "wasm"},

@@ -76,7 +76,7 @@ func TestHostileCorpus(t *testing.T) {
 		len(before.procs), before.children, len(before.mounts), len(before.cgroups), len(before.fds), len(before.layers))
 
 	start := time.Now()
-	for _, backend := range []string{"runc", "gvisor", "wasm"} {
+	for _, backend := range []string{"runc", "gvisor", "wasm", "kernel"} {
 		t.Run(backend, func(t *testing.T) {
 			if backend == "gvisor" {
 				_, err := h.a.Gvisor()
@@ -84,6 +84,10 @@ func TestHostileCorpus(t *testing.T) {
 			}
 			for _, e := range entries {
 				if e.partner || (backend == "gvisor" && !gvisorGroups[e.Group]) || e.Wasm != (backend == "wasm") {
+					continue
+				}
+				if backend == "kernel" && e.KernelSkip != "" {
+					t.Logf("%s does not run in a kernel: %s", e.Name, e.KernelSkip)
 					continue
 				}
 				t.Run(e.Group+"/"+e.Name, func(t *testing.T) { h.runEntry(t, backend, e) })
@@ -109,6 +113,8 @@ type corpusEntry struct {
 	Limits         corpusLimits      `json:"limits"`
 	Expect         expectation       `json:"expect"`
 	GVisor         *expectation      `json:"gvisor"` // replaces Expect under gVisor
+	Kernel         *expectation      `json:"kernel"` // replaces kernelExpect's in a kernel (hostile_kernel_test.go)
+	KernelSkip     string            `json:"kernel_skip"`
 	Why            string            `json:"why"`
 	Session        bool              `json:"session"`
 	After          []sessionOp       `json:"after"`
@@ -473,6 +479,9 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 	if backend == "gvisor" && e.GVisor != nil {
 		exp = *e.GVisor
 	}
+	if backend == "kernel" {
+		exp = kernelExpect(e)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var (
@@ -481,7 +490,7 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 		err  error
 	)
 	session := ""
-	if e.Session {
+	if e.Session || backend == "kernel" {
 		lang := e.Language
 		if lang == "c" && !e.Wasm {
 			lang = "sh"
@@ -492,16 +501,30 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 		}
 		session = info.SessionID
 		defer func() {
+			if session == "" {
+				return // a kernel's, closed below
+			}
 			if err := h.sb.CloseSession(context.Background(), session); err != nil {
 				t.Errorf("close session: %v", err)
 			}
 		}()
 	}
 	switch {
+	case backend == "kernel":
+		res, err = h.runCellEntry(ctx, t, e, session)
 	case e.Via == "mcp":
 		res, text, err = h.conn.execute(ctx, t, backend, e, exp)
 	case e.ConcurrentWith != "":
-		res, err = h.runPair(ctx, t, backend, e)
+		res, err = h.runPair(t, e, func(x *corpusEntry, output func(stream, text string)) (api.Result, error) {
+			req := h.request(t, backend, x.Language, x.File, x.Args, x.Env, x.Limits, "")
+			req.Output = output
+			return h.sb.Execute(ctx, req)
+		}, func(x *corpusEntry) expectation {
+			if backend == "gvisor" && x.GVisor != nil {
+				return *x.GVisor
+			}
+			return x.Expect
+		})
 	default:
 		res, err = h.sb.Execute(ctx, h.request(t, backend, e.Language, e.File, e.Args, e.Env, e.Limits, session))
 	}
@@ -512,15 +535,25 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 		res.ExecutionTimeMS, res.Message, truncateText(res.Stdout, 3000), truncateText(res.Stderr, 1000))
 	h.report(t, e, append(h.universal(res), checkRun(exp, res, text)...))
 	for i, op := range e.After {
-		h.sessionStep(t, backend, e, session, i, op)
+		h.sessionStep(t, strings.Replace(backend, "kernel", "runc", 1), e, session, i, op)
+	}
+	if backend == "kernel" {
+		// The kernel lives until its session is closed.
+		if err := h.sb.CloseSession(context.Background(), session); err != nil {
+			t.Errorf("close session: %v", err)
+		}
+		session = ""
+		h.checkKernelsGone(t)
 	}
 	h.assertHostIntact(t)
 }
 
 // runPair runs e while its partner (the entry it names in
 // concurrent_with) is alive: the partner first, until it prints its ready
-// marker, then e; the partner's own verdict is checked too.
-func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *corpusEntry) (api.Result, error) {
+// marker, then e; the partner's own verdict (expect) is checked too. run
+// runs one entry, passing its live output to output.
+func (h *harness) runPair(t *testing.T, e *corpusEntry, run func(e *corpusEntry, output func(stream, text string)) (api.Result, error),
+	expect func(*corpusEntry) expectation) (api.Result, error) {
 	p := e.alongside
 	ready := make(chan struct{})
 	var (
@@ -528,8 +561,7 @@ func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *
 		mu   sync.Mutex
 		seen strings.Builder
 	)
-	req := h.request(t, backend, p.Language, p.File, p.Args, p.Env, p.Limits, "")
-	req.Output = func(stream, text string) {
+	output := func(stream, text string) {
 		mu.Lock()
 		defer mu.Unlock()
 		if stream == "stdout" {
@@ -545,7 +577,7 @@ func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := h.sb.Execute(ctx, req)
+		res, err := run(p, output)
 		done <- outcome{res, err}
 	}()
 	var partner outcome
@@ -553,20 +585,16 @@ func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *
 	case <-ready:
 	case partner = <-done:
 		t.Fatalf("partner %s ended before it was ready: %v %s\n%s%s", p.Name, partner.err, partner.res.Status, partner.res.Stdout, partner.res.Stderr)
-	case <-time.After(30 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatalf("partner %s never said %q", p.Name, p.Ready)
 	}
-	res, err := h.sb.Execute(ctx, h.request(t, backend, e.Language, e.File, e.Args, e.Env, e.Limits, ""))
+	res, err := run(e, nil)
 	partner = <-done
 	if partner.err != nil {
 		t.Fatalf("partner %s refused: %v", p.Name, partner.err)
 	}
-	pexp := p.Expect
-	if backend == "gvisor" && p.GVisor != nil {
-		pexp = *p.GVisor
-	}
 	t.Logf("partner %s: status %s\nstdout: %s", p.Name, partner.res.Status, partner.res.Stdout)
-	for _, f := range append(h.universal(partner.res), checkRun(pexp, partner.res, "")...) {
+	for _, f := range append(h.universal(partner.res), checkRun(expect(p), partner.res, "")...) {
 		t.Errorf("partner %s: %s: %s", p.Name, f.check, f.msg)
 	}
 	return res, err

@@ -91,6 +91,12 @@ type Config struct {
 	// NoKernelSandbox, set when this user's sandcell could not enter its
 	// user namespace (NoUserNS), says why: only isolation wasm runs.
 	NoKernelSandbox string
+	// MaxKernels caps the live kernels (run_cell's interpreters) of a
+	// server, all sessions together (0: service.DefaultMaxKernels);
+	// KernelIdle stops a kernel that ran no cell for that long (0:
+	// service.DefaultKernelIdle).
+	MaxKernels int
+	KernelIdle time.Duration
 }
 
 // Default is the configuration of this process: a root server's, or, in
@@ -150,6 +156,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "warm pool: most containers prepared ahead per language and limits (0: off, the default; 4 suits an agent or an evaluation harness)")
 	fs.DurationVar(&c.PoolIdle, "pool-idle", c.PoolIdle, "warm pool: a language and limits not asked for this long get no containers prepared ahead")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level on stderr: debug, info, warn, error")
+	fs.IntVar(&c.MaxKernels, "max-kernels", c.MaxKernels, "live interpreters (run_cell kernels) at once, all sessions together; past it a new kernel is refused as busy (default 8)")
+	fs.DurationVar(&c.KernelIdle, "kernel-idle", c.KernelIdle, "stop a kernel that ran no cell for this long (default 15m)")
 }
 
 // addDepsFlags adds the install settings' flags.
@@ -189,6 +197,9 @@ func (c *Config) Validate() error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if c.MaxKernels < 0 || c.KernelIdle < 0 {
+		return fmt.Errorf("--max-kernels %d and --kernel-idle %s must not be negative", c.MaxKernels, c.KernelIdle)
 	}
 	if c.PoolSize < 0 || c.PoolIdle <= 0 {
 		return fmt.Errorf("--pool-size %d must not be negative and --pool-idle %s must be positive", c.PoolSize, c.PoolIdle)

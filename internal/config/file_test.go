@@ -53,6 +53,8 @@ var samples = map[string]struct {
 	"allow-origin":    {[]string{"https://a.test", "*"}, `["https://a.test", "*"]`},
 	"prebuild":        {[]string{"sh,python"}, `["sh", "python"]`},
 	"drain-timeout":   {[]string{"30s"}, `"30s"`},
+	"max-kernels":     {[]string{"3"}, `3`},
+	"kernel-idle":     {[]string{"2m"}, `"2m"`},
 }
 
 func flagSets() (*Config, *Serve, *flag.FlagSet, *flag.FlagSet) {

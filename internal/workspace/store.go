@@ -428,10 +428,17 @@ func (s *Store) Get(id string) (*Session, error) {
 	if m.expired(now) {
 		return nil, fmt.Errorf("%w: session %s expired (idle since %s)", ErrNotFound, id, m.LastUsed.Format(time.RFC3339))
 	}
-	m.LastUsed = now
-	if err := writeMeta(sess, &m); err != nil {
-		return nil, fmt.Errorf("session %s: %w", id, err)
+	// LastUsed is persisted (a synced write) at most about once a second
+	// (a sixteenth of the TTL if that is less): a session used many times
+	// a second (a kernel's cells) must not pay a disk sync for each use,
+	// and its expiry moves by that much at most.
+	if now.Sub(m.LastUsed) >= min(time.Second, m.TTL/16) {
+		m.LastUsed = now
+		if err := writeMeta(sess, &m); err != nil {
+			return nil, fmt.Errorf("session %s: %w", id, err)
+		}
 	}
+	m.LastUsed = now
 	return &Session{meta: m, store: s, st: st}, nil
 }
 
