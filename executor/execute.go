@@ -58,8 +58,17 @@ type Request struct {
 // An error means the request was refused (see the package doc) and
 // nothing ran; a run that sandcell failed is a result with status
 // internal_error and a nil error. The result's Notes say which limits
-// were clamped to the server's ceilings.
+// were clamped to the server's ceilings. A result that is not ok always
+// has a message (api.Result.Explain).
 func (e *Executor) Execute(ctx context.Context, req Request) (api.Result, error) {
+	res, err := e.execute(ctx, req)
+	if err == nil {
+		res.Explain()
+	}
+	return res, err
+}
+
+func (e *Executor) execute(ctx context.Context, req Request) (api.Result, error) {
 	lang, err := e.language(req.Request)
 	if err != nil {
 		return api.Result{}, err
@@ -144,8 +153,8 @@ func (e *Executor) Execute(ctx context.Context, req Request) (api.Result, error)
 		res.Compile = &c
 		if c.Status != api.StatusOK {
 			res.Phase, res.CompileFailed = c, true
-			if res.Message == "" {
-				res.Message = "compile error: the program did not run"
+			if c.Status == api.StatusError && c.Message == "the program "+api.ExitMessage(c.ExitCode, c.Signal) {
+				res.Message = "compile error: the program did not run (the compiler " + api.ExitMessage(c.ExitCode, c.Signal) + ")"
 			}
 			return res, nil
 		}
