@@ -267,7 +267,9 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 	// and gone with sandcell.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	err = cmd.Start()
+	// From the spawner thread: Pdeathsig fires when the forking thread
+	// exits (see startChild).
+	err = startChild(cmd)
 	run.childStarted()
 	if err != nil {
 		return nil, fmt.Errorf("%w: start runsc holder: %w", ErrRuntime, err)
