@@ -2,8 +2,6 @@ package oci
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,8 +52,10 @@ type LibcontainerConfig struct {
 
 // Libcontainer runs each request in a fresh container through runc's
 // libcontainer, in this process. One instance owns a directory
-// StateDir/<instance> locked with flock while it lives; Recover removes what
-// instances that died (kill -9) left behind.
+// StateDir/<instance> locked with flock while it lives, and names its
+// containers (and so their cgroups) <instance>-<n>, where the instance's
+// name says which process owns it (see newInstanceName); Recover removes
+// what instances that died (kill -9) left behind, and only that.
 type Libcontainer struct {
 	cfg      LibcontainerConfig
 	log      *slog.Logger
@@ -91,11 +91,11 @@ func NewLibcontainer(cfg LibcontainerConfig) (*Libcontainer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
+	name, err := newInstanceName()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
 	}
-	r := &Libcontainer{cfg: cfg, log: log, instance: hex.EncodeToString(b[:]), live: map[string]Container{}}
+	r := &Libcontainer{cfg: cfg, log: log, instance: name, live: map[string]Container{}}
 	r.dir = filepath.Join(cfg.StateDir, r.instance)
 	// 0711: the mapped container root must traverse to its /work source;
 	// nobody may list the directory.

@@ -23,7 +23,7 @@ var allowedImports = map[string][]string{
 	"service":            {"api", "executor", "mcp", "oci", "rootfs", "internal/workspace"},
 	"batch":              {"api", "executor", "limits", "internal/humaneval", "internal/par"},
 	"executor":           {"api", "oci", "limits", "rootfs", "seccomp", "internal/egress"},
-	"oci":                {"api", "limits", "internal/netcopy"},
+	"oci":                {"api", "limits", "internal/netcopy", "internal/owner"},
 	"mcp":                {"api", "limits"},
 	"limits":             {"api"},
 	"rootfs":             {"api"},
