@@ -3,12 +3,15 @@ package oci_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/testutil"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 )
@@ -61,4 +64,51 @@ func TestGVisorRunOutlivesItsPreparingThread(t *testing.T) {
 		t.Errorf("run prepared on a thread that ended: status %s, exit %d, signal %q, message %q, stdout %q, stderr %q",
 			res.Status, res.ExitCode, res.Signal, res.Message, res.Stdout, res.Stderr)
 	}
+}
+
+// TestSandboxHostOOMScore (issue #17): every host process of a sandbox,
+// runc's or gVisor's (runsc, its sentry and gofer, the ptrace platform's
+// stubs), has oom_score_adj 1000, whatever the server's own score (this
+// test process's, 0 or less): under host memory pressure the kernel kills
+// a sandbox first. Before, runsc and the stubs kept the server's score.
+func TestSandboxHostOOMScore(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *testEnv) {
+		req := newRequest(t, "sh", "sleep 2 & sleep 2", limits.Set{})
+		ctx := context.Background()
+		c, err := e.runtime.Prepare(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Destroy()
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The run's processes, as its cgroup lists them in every hierarchy.
+		var pids []string
+		testutil.WaitFor(t, 10*time.Second, "the run's processes", func() bool {
+			seen := map[string]bool{}
+			pids = nil
+			for _, dir := range findCgroup(e.cgPath, c.ID()) {
+				b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+				for _, p := range strings.Fields(string(b)) {
+					if !seen[p] {
+						seen[p] = true
+						pids = append(pids, p)
+					}
+				}
+			}
+			return len(pids) >= 2
+		})
+		for _, pid := range pids {
+			b, err := os.ReadFile("/proc/" + pid + "/oom_score_adj")
+			if err != nil {
+				continue // exited meanwhile
+			}
+			if got := strings.TrimSpace(string(b)); got != "1000" {
+				cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+				t.Errorf("process %s (%q) of the sandbox has oom_score_adj %s, want 1000", pid, strings.ReplaceAll(string(cmd), "\x00", " "), got)
+			}
+		}
+		c.Wait(ctx)
+	})
 }
