@@ -226,6 +226,7 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 		return nil, err
 	}
 	withoutInodeCaps(spec)
+	withoutTun(spec)
 	if r.cfg.SingleID {
 		withoutUserNS(spec)
 	}
@@ -689,4 +690,21 @@ func withoutUserNS(spec *specs.Spec) {
 		return ns.Type == specs.UserNamespace
 	})
 	spec.Linux.UIDMappings, spec.Linux.GIDMappings = nil, nil
+}
+
+// withoutTun hides gVisor's TUN device: a gVisor run's /dev has
+// /dev/net/tun (its netstack's TUN), which a runc run's has not, and it
+// opened (issue #17): gVisor's own emulation, no host device, but surface
+// that SECURITY.md's device list does not grant. An empty read-only tmpfs
+// over /dev/net covers it (gVisor mounts the spec's mounts after it has
+// populated /dev).
+//
+// gVisor's /dev/fuse stays: it is a file, and a file can be covered only
+// by a bind mount, which runsc's gofer makes on the read-only layer and
+// cannot. It is inert: serving a FUSE filesystem takes mount(2), which the
+// sandbox's filter denies (seccomp.GVisorProfile), so an open /dev/fuse
+// only ever answers EIO.
+func withoutTun(spec *specs.Spec) {
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/dev/net", Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"ro", "nosuid", "noexec", "nodev", "mode=755", "size=4096"}})
 }
