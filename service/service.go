@@ -191,7 +191,10 @@ func (s *Service) Languages(context.Context) ([]mcp.LanguageInfo, error) {
 	return out, nil
 }
 
-func (s *Service) CreateSession(_ context.Context, language string, ttl time.Duration) (mcp.SessionInfo, error) {
+// CreateSession makes a session for the calling client (mcp.ClientID):
+// the store bounds the sessions in all and per client, and clamps ttl to
+// its maximum (the returned ttl_seconds says what the session got).
+func (s *Service) CreateSession(ctx context.Context, language string, ttl time.Duration) (mcp.SessionInfo, error) {
 	if language != "" {
 		l, err := rootfs.Lookup(language)
 		if err != nil {
@@ -199,7 +202,7 @@ func (s *Service) CreateSession(_ context.Context, language string, ttl time.Dur
 		}
 		language = l.Name
 	}
-	m, err := s.ws.Create(language, ttl)
+	m, err := s.ws.CreateFor(mcp.ClientID(ctx), language, ttl)
 	if err != nil {
 		return mcp.SessionInfo{}, err
 	}

@@ -27,7 +27,7 @@ var allowedImports = map[string][]string{
 	"mcp":                {"api", "limits"},
 	"limits":             {"api"},
 	"rootfs":             {"api"},
-	"internal/workspace": {"api"},
+	"internal/workspace": {"api", "internal/owner"},
 	"internal/egress":    {"internal/netcopy"},
 }
 
