@@ -206,6 +206,13 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 			_ = c.Destroy()
 		}
 	}()
+	var fh *fillHelper // started now, to start up while the container is made
+	if pre == nil {
+		if fh, err = run.startFill(req, uid, gid, r.cfg.Cgroups != nil); err != nil {
+			return nil, err
+		}
+		defer fh.abort()
+	}
 
 	host := Host{WorkDir: run.work, UIDBase: r.cfg.UIDBase, Seccomp: r.cfg.Seccomp, SingleID: r.cfg.SingleID}
 	if r.cfg.Cgroups != nil {
@@ -283,6 +290,11 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 			return nil, err
 		}
 	}
+	if pre == nil {
+		if err := c.fill(ctx, fh, req); err != nil {
+			return nil, err
+		}
+	}
 	if pre != nil {
 		// A pooled container's init execs at once: into the launcher, or
 		// the interpreter that waits for its script (see prestart). As
@@ -294,6 +306,22 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 		}
 	}
 	return c, nil
+}
+
+// fill fills the container's /work for req (run.fill) with the helper fh
+// (nil: in-process), in its cgroup: its init exists, waiting for Start,
+// so its cgroup does.
+func (c *lcContainer) fill(ctx context.Context, fh *fillHelper, req *Request) error {
+	uid, gid := c.rt.SandboxIDs()
+	var target *cgroupTarget
+	if fh != nil {
+		st, err := c.lc.State()
+		if err != nil {
+			return fmt.Errorf("%w: container state: %w", ErrRuntime, err)
+		}
+		target = &cgroupTarget{paths: st.CgroupPaths, usage: c.usage}
+	}
+	return c.run.fill(ctx, fh, req, uid, gid, target)
 }
 
 // newID names a new container: the instance, then a sequence number.

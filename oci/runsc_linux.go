@@ -217,6 +217,11 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 			_ = c.Destroy()
 		}
 	}()
+	fh, err := run.startFill(req, uid, gid, r.cfg.Cgroups != nil)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.abort()
 	host := Host{WorkDir: run.work, UIDBase: r.cfg.UIDBase, Seccomp: g.seccomp, SingleID: r.cfg.SingleID}
 	if r.cfg.Cgroups != nil {
 		host.CgroupsPath = r.cfg.Cgroups.ChildPath(id)
@@ -286,6 +291,13 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 		if err := c.cg.Set(c.cgConfig.Resources); err != nil {
 			return nil, fmt.Errorf("%w: set cgroup limits: %w", ErrRuntime, err)
 		}
+	}
+	var target *cgroupTarget
+	if fh != nil {
+		target = &cgroupTarget{paths: c.cg.GetPaths(), usage: c.usage}
+	}
+	if err := run.fill(ctx, fh, req, uid, gid, target); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

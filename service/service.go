@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -120,6 +121,10 @@ type sessionWork struct {
 }
 
 func (w *sessionWork) Fill(dir string) error { return w.sess.Fill(dir) }
+
+// Tree opens the session's tree for oci's fill helper, which copies it
+// into /work from the run's cgroup (oci.TreeWorkspace).
+func (w *sessionWork) Tree() (*os.File, error) { return w.sess.Tree() }
 
 func (w *sessionWork) Save(dir string) error {
 	changes, skipped, err := w.sess.Save(dir)
