@@ -131,6 +131,29 @@ func TestFillChargedToRun(t *testing.T) {
 	})
 }
 
+// TestFillBeforeLookup: /work is filled before runc looks the program up
+// at create time, so a program that is itself a file of /work (a compiled
+// binary, a session's script) is found when the fill helper writes it.
+// Before, the helper filled /work after libcontainer's Start, whose init
+// had already failed its exec.LookPath: a 2 MiB program in /work got
+// internal_error "start container init: ... no such file or directory".
+func TestFillBeforeLookup(t *testing.T) {
+	prog := "#!/bin/sh\necho from-work\n#" + strings.Repeat("x", 2<<20) + "\n"
+	forEachBackend(t, func(t *testing.T, e *testEnv) {
+		req := newRequest(t, "sh", "", limits.Set{MemoryBytes: 256 << 20})
+		req.Args = []string{"/work/prog"}
+		req.Files = []api.File{{Path: "prog", Mode: 0o755, Data: []byte(prog)}}
+		res, err := oci.Run(context.Background(), e.runtime, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != api.StatusOK || res.Stdout != "from-work\n" {
+			t.Errorf("a 2 MiB program in /work: status %s, stdout %q, message %q", res.Status, res.Stdout, res.Message)
+		}
+		e.assertNoTraces(t)
+	})
+}
+
 // BenchmarkSessionRun is a run of a small session (one file) with its
 // /work filled by the helper in the run's cgroup (tree) and by the server
 // (dir: what every session run did before issue #17), side by side.

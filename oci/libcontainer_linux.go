@@ -206,12 +206,24 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 			_ = c.Destroy()
 		}
 	}()
-	var fh *fillHelper // started now, to start up while the container is made
+	// /work is filled before the program can be looked up: runc checks at
+	// create time that argv[0] exists, and it may be a file of /work (a
+	// compiled program, a session's). The fill helper, started now to
+	// start up while the container is made, fills it from a hook that
+	// libcontainer runs once the run's cgroup has its limits and init
+	// has mounted /work, before that check; without one, /work is filled
+	// here.
+	var fh *fillHelper
 	if pre == nil {
 		if fh, err = run.startFill(req, uid, gid, r.cfg.Cgroups != nil); err != nil {
 			return nil, err
 		}
 		defer fh.abort()
+		if fh == nil {
+			if err := fillWork(run.work, req, uid, gid); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	host := Host{WorkDir: run.work, UIDBase: r.cfg.UIDBase, Seccomp: r.cfg.Seccomp, SingleID: r.cfg.SingleID}
@@ -240,6 +252,14 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	// It never reached the program anyway (runc's init clears it with
 	// clone). A killed server's sandboxes are removed by the next start's
 	// Recover.
+	var fillErr error
+	if fh != nil {
+		target := r.fillTarget(id)
+		config.Hooks = configs.Hooks{configs.CreateRuntime: {configs.NewFunctionHook(func(*specs.State) error {
+			fillErr = run.fill(ctx, fh, req, uid, gid, target)
+			return fillErr
+		})}}
+	}
 	rlimits, err := toRlimits(spec.Process.Rlimits)
 	if err != nil {
 		return nil, err
@@ -276,6 +296,9 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	if pre != nil {
 		pre.started()
 	}
+	if fillErr != nil {
+		return nil, fillErr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: start container init: %w", ErrRuntime, err)
 	}
@@ -287,11 +310,6 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 			return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
 		}
 		if c.egress, err = startEgress(pid, req.Egress, r.log.With("container_id", id)); err != nil {
-			return nil, err
-		}
-	}
-	if pre == nil {
-		if err := c.fill(ctx, fh, req); err != nil {
 			return nil, err
 		}
 	}
@@ -308,20 +326,30 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	return c, nil
 }
 
-// fill fills the container's /work for req (run.fill) with the helper fh
-// (nil: in-process), in its cgroup: its init exists, waiting for Start,
-// so its cgroup does.
+// fill fills a prepared container's /work for req (run.fill) with the
+// helper fh (nil: in-process), in its cgroup: its init exists, so its
+// cgroup does (a pool's container at bind; its program is the launcher,
+// an executable of the root, so runc's check does not need /work).
 func (c *lcContainer) fill(ctx context.Context, fh *fillHelper, req *Request) error {
 	uid, gid := c.rt.SandboxIDs()
 	var target *cgroupTarget
 	if fh != nil {
-		st, err := c.lc.State()
-		if err != nil {
-			return fmt.Errorf("%w: container state: %w", ErrRuntime, err)
-		}
-		target = &cgroupTarget{paths: st.CgroupPaths, usage: c.usage}
+		target = c.rt.fillTarget(c.id)
 	}
 	return c.run.fill(ctx, fh, req, uid, gid, target)
+}
+
+// fillTarget is the memory cgroup of run id, for the fill helper.
+func (r *Libcontainer) fillTarget(id string) *cgroupTarget {
+	dir := r.cfg.Cgroups.MemoryDir(id)
+	paths := map[string]string{"": dir}
+	if r.cfg.CgroupMode.V1() {
+		paths = map[string]string{"memory": dir}
+	}
+	return &cgroupTarget{paths: paths, usage: func() limits.Usage {
+		u, _ := limits.ReadUsage(r.cfg.CgroupMode, paths) // what it read
+		return u
+	}}
 }
 
 // newID names a new container: the instance, then a sequence number.
