@@ -680,6 +680,10 @@ func (h *harness) universal(res api.Result) []failure {
 	if res.Status == "" {
 		fail("no status")
 	}
+	// Every status but ok says why (issue #17).
+	if res.Status != api.StatusOK && res.Message == "" {
+		fail("status %s without a message", res.Status)
+	}
 	return fs
 }
 

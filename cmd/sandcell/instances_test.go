@@ -134,7 +134,7 @@ func TestInstancesSideBySide(t *testing.T) {
 	// A: a long run under a nested cgroup parent; C: one under the shared
 	// parent, to be killed with -9.
 	a, aOut, aErr := h.start(append(h.global(stateA, h.parent+"/nested"), "run", "--lang", "sh", "--timeout", "60s",
-		"--code", "sleep 2; echo survived")...)
+		"--code", "sleep 4; echo survived")...)
 	c, _, _ := h.start(append(h.global(stateC, h.parent), "run", "--lang", "sh", "--timeout", "60s", "--code", "sleep 60")...)
 	testutil.WaitFor(t, 30*time.Second, "the runs of A and C", func() bool {
 		return len(runCgroups(h.parent+"/nested")) == 1 && len(runCgroups(h.parent)) == 1 && len(testutil.MountsBelow(t, stateC)) == 1
@@ -151,12 +151,9 @@ func TestInstancesSideBySide(t *testing.T) {
 		t.Errorf("after B's runs, the parent's run cgroups are %v, want C's %s only", got, cRun)
 	}
 
-	if err := a.Wait(); err != nil || aOut.String() != "survived\n" {
-		t.Errorf("A's run next to B: %v, stdout %q, stderr %q; want exit 0 and survived", err, aOut.String(), aErr.String())
-	}
-
-	// kill -9 of C: its sleep, cgroup and /work mount are left behind,
-	// and the next start of B (another state dir) removes them.
+	// kill -9 of C while A runs: C's sleep, cgroup and /work mount are
+	// left behind, and the next start of B (another state dir) removes
+	// them, and nothing of A.
 	if err := c.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +172,13 @@ func TestInstancesSideBySide(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(stateC); len(ents) != 0 {
 		t.Errorf("the dead instance's state dir still holds %v", ents)
+	}
+	if got := runCgroups(h.parent + "/nested"); len(got) != 1 {
+		t.Errorf("A's run cgroup after B's recovery: %v, want its one run", got)
+	}
+
+	if err := a.Wait(); err != nil || aOut.String() != "survived\n" {
+		t.Errorf("A's run next to B and C's crash: %v, stdout %q, stderr %q; want exit 0 and survived", err, aOut.String(), aErr.String())
 	}
 	for _, s := range []string{stateA, stateB} {
 		if ents, _ := os.ReadDir(s); len(ents) != 0 {
