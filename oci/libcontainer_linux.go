@@ -66,6 +66,8 @@ type Libcontainer struct {
 
 	mu   sync.Mutex
 	live map[string]Container
+
+	drvMu sync.Mutex // kernel driver directories being written (driverDir)
 }
 
 const (
@@ -194,7 +196,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 		return nil, err
 	}
 	run.enforced = Enforced(r.cfg.Cgroups != nil)
-	run.pooled = pre != nil
+	run.pooled = pre != nil || req.kernel != nil
 	// run.settle stays nil: the program is init of its pid namespace,
 	// and the kernel reports init's death only after every other process
 	// of the namespace is gone (zap_pid_ns_processes). Once init is
@@ -285,6 +287,9 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	}
 	if run.stdinR != nil {
 		p.Stdin = run.stdinR
+	}
+	if req.kernel != nil {
+		p.ExtraFiles = req.kernel.childFiles()
 	}
 	if pre != nil {
 		if err := pre.init(run.work, p, uid, gid); err != nil {

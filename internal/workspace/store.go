@@ -85,8 +85,11 @@ type Options struct {
 
 // Meta describes a session; it is persisted as <id>/meta.json.
 type Meta struct {
-	ID       string        `json:"id"`
-	Language string        `json:"language,omitempty"`
+	ID       string `json:"id"`
+	Language string `json:"language,omitempty"`
+	// Image is the imported image the session's runs get as their root
+	// when they name none (create_session's image).
+	Image    string        `json:"image,omitempty"`
 	Created  time.Time     `json:"created"`
 	LastUsed time.Time     `json:"last_used"`
 	TTL      time.Duration `json:"ttl"`   // idle expiry, in nanoseconds
@@ -325,19 +328,21 @@ func tempOwnerLives(name string) bool {
 // says what the session got). It fails with ErrTooMany when the store
 // holds Options.MaxSessions sessions (after removing the expired ones).
 func (s *Store) Create(language string, ttl time.Duration) (Meta, error) {
-	return s.CreateFor("", language, ttl)
+	return s.CreateFor("", language, "", ttl)
 }
 
-// CreateFor is Create for a client: a name for whoever asks (an MCP
-// connection), of which at most Options.MaxPerClient sessions may live at
-// once; "" is no one in particular (only the store's cap applies).
-func (s *Store) CreateFor(client, language string, ttl time.Duration) (Meta, error) {
+// CreateFor is Create for a client, of a session whose runs are in the
+// imported image (Meta.Image; "": none). client is a name for whoever
+// asks (an MCP connection), of which at most Options.MaxPerClient
+// sessions may live at once; "" is no one in particular (only the store's
+// cap applies).
+func (s *Store) CreateFor(client, language, image string, ttl time.Duration) (Meta, error) {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
 	if err := s.admit(client); err != nil {
 		return Meta{}, err
 	}
-	m, err := s.create(language, ttl)
+	m, err := s.create(language, image, ttl)
 	if err == nil && client != "" {
 		s.mu.Lock()
 		if s.clients[client] == nil {
@@ -418,13 +423,14 @@ func (s *Store) liveOf(client string) int {
 	return live
 }
 
-func (s *Store) create(language string, ttl time.Duration) (Meta, error) {
+func (s *Store) create(language, image string, ttl time.Duration) (Meta, error) {
+	if badName(image, 128) {
+		return Meta{}, fmt.Errorf("%w: image %s", ErrInvalid, short(image))
+	}
 	if ttl < 0 {
 		return Meta{}, fmt.Errorf("%w: session TTL %v is negative", ErrInvalid, ttl)
 	}
-	if len(language) > maxLanguage || strings.ContainsFunc(language, func(r rune) bool {
-		return r == unicode.ReplacementChar || !unicode.IsGraphic(r) || unicode.IsSpace(r)
-	}) {
+	if badName(language, maxLanguage) {
 		return Meta{}, fmt.Errorf("%w: language %s", ErrInvalid, short(language))
 	}
 	if ttl == 0 {
@@ -435,7 +441,7 @@ func (s *Store) create(language string, ttl time.Duration) (Meta, error) {
 		ttl = s.opts.MaxTTL
 	}
 	now := s.now().Round(0)
-	m := Meta{ID: newID(), Language: language, Created: now, LastUsed: now, TTL: ttl, Quota: s.opts.Quota}
+	m := Meta{ID: newID(), Language: language, Image: image, Created: now, LastUsed: now, TTL: ttl, Quota: s.opts.Quota}
 	fd, err := s.openStore()
 	if err != nil {
 		return Meta{}, err
@@ -451,6 +457,14 @@ func (s *Store) create(language string, ttl time.Duration) (Meta, error) {
 	}
 	s.log.Info("workspace session created", "session_id", m.ID, "language", language, "ttl", ttl)
 	return m, nil
+}
+
+// badName reports whether a name kept in meta.json is longer than max or
+// holds anything but graphic, non-space characters.
+func badName(name string, max int) bool {
+	return len(name) > max || strings.ContainsFunc(name, func(r rune) bool {
+		return r == unicode.ReplacementChar || !unicode.IsGraphic(r) || unicode.IsSpace(r)
+	})
 }
 
 func (s *Store) build(fd int, tmp string, m *Meta) error {
@@ -576,10 +590,17 @@ func (s *Store) Get(id string) (*Session, error) {
 	if m.expired(now) {
 		return nil, fmt.Errorf("%w: session %s expired (idle since %s)", ErrNotFound, id, m.LastUsed.Format(time.RFC3339))
 	}
-	m.LastUsed = now
-	if err := writeMeta(sess, &m); err != nil {
-		return nil, fmt.Errorf("session %s: %w", id, err)
+	// LastUsed is persisted (a synced write) at most about once a second
+	// (a sixteenth of the TTL if that is less): a session used many times
+	// a second (a kernel's cells) must not pay a disk sync for each use,
+	// and its expiry moves by that much at most.
+	if now.Sub(m.LastUsed) >= min(time.Second, m.TTL/16) {
+		m.LastUsed = now
+		if err := writeMeta(sess, &m); err != nil {
+			return nil, fmt.Errorf("session %s: %w", id, err)
+		}
 	}
+	m.LastUsed = now
 	return &Session{meta: m, store: s, st: st}, nil
 }
 

@@ -441,16 +441,16 @@ func TestSessionCaps(t *testing.T) {
 	s := newStore(t, Options{Now: clk.Now, MaxSessions: 3, MaxPerClient: 2, TTL: time.Hour, MaxTTL: 2 * time.Hour})
 	var a []Meta
 	for range 2 {
-		m, err := s.CreateFor("client-a", "python", 0)
+		m, err := s.CreateFor("client-a", "python", "", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		a = append(a, m)
 	}
-	if _, err := s.CreateFor("client-a", "python", 0); !errors.Is(err, ErrTooMany) {
+	if _, err := s.CreateFor("client-a", "python", "", 0); !errors.Is(err, ErrTooMany) {
 		t.Errorf("a client's third session with 2 per client: %v, want ErrTooMany", err)
 	}
-	if _, err := s.CreateFor("client-b", "python", 0); err != nil {
+	if _, err := s.CreateFor("client-b", "python", "", 0); err != nil {
 		t.Fatalf("another client's first session: %v", err)
 	}
 	if _, err := s.Create("python", 0); !errors.Is(err, ErrTooMany) {
@@ -460,12 +460,12 @@ func TestSessionCaps(t *testing.T) {
 	if err := s.Remove(a[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateFor("client-a", "python", 0); err != nil {
+	if _, err := s.CreateFor("client-a", "python", "", 0); err != nil {
 		t.Errorf("a client's session after it closed one: %v", err)
 	}
 	// Expired sessions make room: the store expires them when full.
 	clk.Add(3 * time.Hour)
-	m, err := s.CreateFor("client-c", "python", 10*time.Hour)
+	m, err := s.CreateFor("client-c", "python", "", 10*time.Hour)
 	if err != nil {
 		t.Fatalf("a session once the others expired: %v", err)
 	}
