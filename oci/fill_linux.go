@@ -220,8 +220,11 @@ func (r *run) fill(ctx context.Context, h *fillHelper, req *Request, uid, gid ui
 	if dir == "" {
 		return fmt.Errorf("%w: fill /work: the run has no memory cgroup among %d", ErrRuntime, len(target.paths))
 	}
+	// OOM kills of the helper's fill, not of the cgroup's life: a
+	// kernel's cgroup may have seen some in earlier cells.
+	before := target.usage().OOMKills
 	err := h.finish(ctx, dir)
-	if u := target.usage(); u.OOMKills > 0 {
+	if u := target.usage(); u.OOMKills > before {
 		return fmt.Errorf("%w: the session's files and the request's do not fit in the run's memory limit of %s (its /work is a tmpfs, which counts against it): ask for more memory, or remove files",
 			ErrInvalidRequest, limits.FormatSize(r.limits.MemoryBytes))
 	}
