@@ -25,7 +25,7 @@ var allowedImports = map[string][]string{
 	"batch":              {"api", "executor", "limits", "internal/humaneval", "internal/par", "internal/progress"},
 	"rest":               {"api", "batch", "executor", "limits", "rootfs"},
 	"executor":           {"api", "oci", "limits", "rootfs", "seccomp", "internal/egress", "wasm"},
-	"wasm":               {"api", "oci", "limits"},
+	"wasm":               {"api", "oci", "limits", "internal/owner"},
 	"oci":                {"api", "limits", "internal/netcopy", "internal/owner"},
 	"mcp":                {"api", "limits"},
 	"limits":             {"api"},

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -176,4 +177,43 @@ func sameTimeNS(pid int) bool {
 	}
 	theirs, err2 := nsInode(strconv.Itoa(pid), "time")
 	return err == nil && err2 == nil && mine == theirs
+}
+
+// Names. A name made by NewName is this process's token and a number
+// unique within the process: "4242.98765.4026531836.1". Every runtime of
+// sandcell names its instance this way (oci's runc instances, whose
+// container ids and so cgroups start with it; wasm's), so that recovery,
+// whichever runtime does it, can tell from a name alone whether its owner
+// still lives, and one process's instances never share a name.
+
+var nameSeq atomic.Uint64
+
+// NewName names a new thing of this process (see Names).
+func NewName() (string, error) {
+	tok, err := Self()
+	if err != nil {
+		return "", err
+	}
+	return tok.String() + "." + strconv.FormatUint(nameSeq.Add(1), 10), nil
+}
+
+// NameOwner reads the owner's token from a name; ok is false for a name
+// not made by NewName (an older sandcell's random names, or anything
+// else).
+func NameOwner(name string) (Token, bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 {
+		return Token{}, false
+	}
+	if n, err := strconv.ParseUint(name[i+1:], 10, 64); err != nil || n == 0 || name[i+1] == '0' {
+		return Token{}, false
+	}
+	return Parse(name[:i])
+}
+
+// DeadName reports whether name's owner provably no longer lives. A name
+// without a token is never judged dead this way.
+func DeadName(name string) bool {
+	tok, ok := NameOwner(name)
+	return ok && tok.Dead()
 }

@@ -71,3 +71,28 @@ func TestDead(t *testing.T) {
 		t.Error("the token of a child that was killed and reaped is not dead")
 	}
 }
+
+// TestNames: NewName's names carry this process's token and never repeat;
+// NameOwner reads only such names; DeadName is true only for a token
+// whose process is gone (this pid with another start time).
+func TestNames(t *testing.T) {
+	a, err1 := NewName()
+	b, err2 := NewName()
+	if err1 != nil || err2 != nil || a == b {
+		t.Fatalf("NewName: %q %v, %q %v", a, err1, b, err2)
+	}
+	me, _ := Self()
+	if tok, ok := NameOwner(a); !ok || tok != me || DeadName(a) {
+		t.Errorf("NameOwner(%q) = %v %v, DeadName %v; want this process, alive", a, tok, ok, DeadName(a))
+	}
+	dead := me
+	dead.Start++
+	if !DeadName(dead.String() + ".7") {
+		t.Errorf("DeadName of a reused pid's name: false")
+	}
+	for _, bad := range []string{"", "w1a2b3c4", me.String(), me.String() + ".0", me.String() + ".01", me.String() + ".x", "1.2.3"} {
+		if _, ok := NameOwner(bad); ok || DeadName(bad) {
+			t.Errorf("NameOwner(%q): ok", bad)
+		}
+	}
+}
