@@ -89,6 +89,7 @@ func NewLibcontainer(cfg LibcontainerConfig) (*Libcontainer, error) {
 	if cfg.Seccomp == nil {
 		return nil, fmt.Errorf("%w: a seccomp filter is required", ErrRuntime)
 	}
+	routeLogrus(cfg.Logger)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
