@@ -73,3 +73,34 @@ func TestRefusalClasses(t *testing.T) {
 		t.Errorf("busy message %q: a zero RetryAfter still says when (1 ms)", busy)
 	}
 }
+
+// TestExplain: no result that is not ok leaves with an empty message
+// (issue #17); a message that is there is kept.
+func TestExplain(t *testing.T) {
+	for _, tc := range []struct {
+		in   Phase
+		want string // substring of the message
+	}{
+		{Phase{Status: StatusError, ExitCode: 3}, "exited with status 3"},
+		{Phase{Status: StatusError, ExitCode: 137, Signal: "SIGKILL"}, "killed by SIGKILL (exit code 137)"},
+		{Phase{Status: StatusInternalError, ExitCode: -1}, "sandcell failed and did not say why"},
+		{Phase{Status: StatusTimeout, ExitCode: 137, Signal: "SIGKILL"}, "status timeout"},
+		{Phase{Status: StatusError, ExitCode: 1, Message: "kept"}, "kept"},
+	} {
+		p := tc.in
+		p.Explain()
+		if !strings.Contains(p.Message, tc.want) {
+			t.Errorf("Explain(%+v): message %q, want it to contain %q", tc.in, p.Message, tc.want)
+		}
+	}
+	ok := Phase{Status: StatusOK}
+	ok.Explain()
+	if ok.Message != "" {
+		t.Errorf("Explain of an ok phase set message %q", ok.Message)
+	}
+	r := Result{Phase: Phase{Status: StatusError, ExitCode: 2}, Compile: &Phase{Status: StatusInternalError}}
+	r.Explain()
+	if r.Message == "" || r.Compile.Message == "" {
+		t.Errorf("Result.Explain left an empty message: run %q, compile %q", r.Message, r.Compile.Message)
+	}
+}

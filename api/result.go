@@ -1,5 +1,7 @@
 package api
 
+import "fmt"
+
 // Status is the verdict of one run. Exactly one applies; see Phase.
 type Status string
 
@@ -35,9 +37,11 @@ type Phase struct {
 	MemoryPeakBytes int64  `json:"memory_peak_bytes" jsonschema:"peak memory use in bytes"`
 	StdoutTruncated bool   `json:"stdout_truncated" jsonschema:"stdout passed its cap (the run was killed then)"`
 	StderrTruncated bool   `json:"stderr_truncated" jsonschema:"stderr passed its cap (the run was killed then)"`
-	// Message explains a status other than ok and error in one sentence
-	// (which limit, or what failed inside sandcell and how to fix it).
-	Message string `json:"message,omitempty" jsonschema:"for statuses other than ok and error: which limit, or what failed"`
+	// Message explains every status but ok in one sentence: how the
+	// program ended (error), which limit, or what failed inside sandcell
+	// and how to fix it. It is never empty for a status other than ok
+	// (Explain).
+	Message string `json:"message,omitempty" jsonschema:"for every status but ok: how the program ended, which limit, or what failed"`
 	// LimitsEnforced names each limit that held for this run and how:
 	// "cgroup", or the rlimit that stands in for it on a rootless host
 	// without a delegated cgroup (see oci.Enforced). A limit missing from
@@ -84,4 +88,42 @@ type FileSummary struct {
 // internal_error, exit code -1 and err's text as the message.
 func InternalError(err error) Phase {
 	return Phase{Status: StatusInternalError, ExitCode: -1, Message: err.Error()}
+}
+
+// ExitMessage says how a process ended: "exited with status 1", "was
+// killed by SIGSEGV (exit code 139)". signal is the signal's name, or ""
+// when it exited.
+func ExitMessage(code int, signal string) string {
+	if signal != "" {
+		return fmt.Sprintf("was killed by %s (exit code %d)", signal, code)
+	}
+	return fmt.Sprintf("exited with status %d", code)
+}
+
+// Explain gives p a message when its status needs one and it has none:
+// a result that is not ok always says why. Every result passes here on
+// its way out (executor.Execute), so that no status error or
+// internal_error reaches a client, a log or a benchmark table with an
+// empty message (issue #17: every gVisor run of a benchmark failed that
+// way, and nothing said why).
+func (p *Phase) Explain() {
+	if p.Message != "" || p.Status == StatusOK {
+		return
+	}
+	switch p.Status {
+	case StatusError:
+		p.Message = "the program " + ExitMessage(p.ExitCode, p.Signal)
+	case StatusInternalError:
+		p.Message = "sandcell failed and did not say why (a bug: please report it, with the server's log); the run " + ExitMessage(p.ExitCode, p.Signal)
+	default:
+		p.Message = fmt.Sprintf("status %s; the program %s", p.Status, ExitMessage(p.ExitCode, p.Signal))
+	}
+}
+
+// Explain applies Phase.Explain to the result's phases.
+func (r *Result) Explain() {
+	r.Phase.Explain()
+	if r.Compile != nil {
+		r.Compile.Explain()
+	}
 }

@@ -448,7 +448,12 @@ func fileHash(t *testing.T, p string) [32]byte {
 func TestToolsSessionSurvivesRestart(t *testing.T) {
 	ctx := ctxFor(t, 3*time.Minute)
 	dir := sessionsDir(t)
-	serve := func() *exec.Cmd { return sandcellCommandWith(t, []string{"--sessions-dir", dir}) }
+	// Every restart on the same state dir and cgroup parent, as a real
+	// one is: a server on a fresh state dir and parent of its own never
+	// saw the killed one's run, and each run of this test left that run's
+	// /work tmpfs mounted (issue #17).
+	first := sandcellCommandWith(t, []string{"--sessions-dir", dir})
+	serve := func() *exec.Cmd { return sameServer(t, first) }
 
 	c := connect(t, ctx, serve(), nil, "2025-11-25")
 	sess := c.createSession(ctx, "python")
@@ -481,6 +486,11 @@ func TestToolsSessionSurvivesRestart(t *testing.T) {
 
 	c = connect(t, ctx, serve(), nil, "2025-11-25")
 	defer c.cs.Close()
+	// The new server removed the killed one's run: its /work is no longer
+	// mounted.
+	if m := mountsBelow(t, flagValue(first, "--state-dir")); len(m) != 0 {
+		t.Errorf("after a restart on the killed server's state dir, mounts are left: %v", m)
+	}
 	for p, want := range map[string]string{"notes.txt": "written by write_file", "made.txt": "made by a run", "second.txt": "2"} {
 		if got, res := c.readFile(ctx, sess, p); got != want {
 			t.Errorf("after kill -9, %s = %q (%s)", p, got, text(res))

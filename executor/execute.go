@@ -62,7 +62,8 @@ type Request struct {
 // An error means the request was refused (see the package doc) and
 // nothing ran; a run that sandcell failed is a result with status
 // internal_error and a nil error. The result's Notes say which limits
-// were clamped to the server's ceilings.
+// were clamped to the server's ceilings. A result that is not ok always
+// has a message (api.Result.Explain).
 func (e *Executor) Execute(ctx context.Context, req Request) (res api.Result, err error) {
 	adm := &admission{admit: req.Admit}
 	if e.opts.Observe != nil {
@@ -74,7 +75,11 @@ func (e *Executor) Execute(ctx context.Context, req Request) (res api.Result, er
 			e.opts.Observe(ev)
 		}()
 	}
-	return e.execute(ctx, req, adm)
+	res, err = e.execute(ctx, req, adm)
+	if err == nil {
+		res.Explain()
+	}
+	return res, err
 }
 
 // Refused tells the observer (Options.Observe) of a request its caller
@@ -237,8 +242,8 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 		res.Compile = &c
 		if c.Status != api.StatusOK {
 			res.Phase, res.CompileFailed = c, true
-			if res.Message == "" {
-				res.Message = "compile error: the program did not run"
+			if c.Status == api.StatusError && c.Message == "the program "+api.ExitMessage(c.ExitCode, c.Signal) {
+				res.Message = "compile error: the program did not run (the compiler " + api.ExitMessage(c.ExitCode, c.Signal) + ")"
 			}
 			return res, nil
 		}

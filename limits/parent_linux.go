@@ -245,6 +245,18 @@ func (p *Parent) ChildPath(id string) string {
 	return p.path + "/" + id
 }
 
+// MemoryDir is the directory of child id's cgroup whose memory counts: in
+// the memory hierarchy on cgroup v1, the one cgroup on v2. It is where
+// libcontainer creates the child; it may not exist yet.
+//
+// Preconditions: id is a valid container id (see ChildPath).
+func (p *Parent) MemoryDir(id string) string {
+	if p.mode.v1() {
+		return filepath.Join(p.root, "memory", p.ChildPath(id))
+	}
+	return filepath.Join(p.root, p.ChildPath(id))
+}
+
 // validID reports whether id is a container id as libcontainer accepts it, which is also a single
 // path element that stays inside the parent.
 func validID(id string) bool {

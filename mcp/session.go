@@ -56,7 +56,7 @@ type Session struct {
 // newSession starts a session. out is the session-wide stream for
 // notifications not tied to a request (nil: they are dropped).
 func (s *Server) newSession(ctx context.Context, transport string, out func([]byte) error) *Session {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(withClient(ctx, transport))
 	ss := &Session{
 		srv: s, transport: transport, ctx: ctx, cancel: cancel, out: out,
 		inflight: map[ID]*exchange{}, pending: map[ID]chan *message{}, subs: map[string]bool{},

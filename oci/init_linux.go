@@ -44,6 +44,15 @@ func hold() {
 	if len(os.Args) < 3 {
 		os.Exit(125)
 	}
+	// Every host process of the sandbox (runsc, its sentry and gofer, the
+	// ptrace platform's stubs) inherits this: the host's OOM killer takes
+	// a sandbox first, whatever the server's own score (raising one's own
+	// score needs no privilege). runsc sets its sentry and gofer to the
+	// spec's 1000 itself, but not itself nor the stubs (issue #17).
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0); err != nil {
+		fmt.Fprintln(os.Stderr, "sandcell-hold: oom_score_adj:", err)
+		os.Exit(125)
+	}
 	err := unix.Exec(os.Args[2], os.Args[2:], os.Environ())
 	fmt.Fprintln(os.Stderr, "sandcell-hold: exec:", err)
 	os.Exit(125)

@@ -163,7 +163,7 @@ func KernelVerdict(o KernelOutcome, cell KernelCell, memory int64, replyErr bool
 		return api.StatusError, state, false
 	}
 	if replyErr {
-		return api.StatusError, "", true
+		return api.StatusError, "the cell raised an exception (its type, message and traceback are in error); the kernel keeps its state", true
 	}
 	return api.StatusOK, "", true
 }

@@ -591,14 +591,43 @@ func (k *Kernel) Save(ws Workspace, files []api.File) (bool, error) {
 }
 
 // Refill replaces /work with the workspace's files (another tool changed
-// the session since the kernel last saved it), the kernel frozen. Files
-// the kernel holds open keep pointing at the old ones.
+// the session since the kernel last saved it): /work is emptied with the
+// kernel frozen, then filled like a run's (fill_linux.go: by the fill
+// helper in the kernel's memory cgroup, so the files count against the
+// kernel's limit, not the server's; issue #17). Files the kernel holds
+// open keep pointing at the old ones. A session that no longer fits in
+// the kernel's memory limit is refused (ErrInvalidRequest).
 func (k *Kernel) Refill(ws Workspace) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed.Load() {
 		return ErrDestroyed
 	}
+	if err := k.emptyWork(); err != nil {
+		return err
+	}
+	// Filled running: on cgroup v2 the helper would join the frozen
+	// cgroup and freeze with it. The kernel is between cells (k.mu), and
+	// the copy works on directory fds beneath /work (no path is followed,
+	// workspace.FillFrom), so whatever the kernel does meanwhile stays in
+	// /work.
+	req := &Request{Workspace: ws}
+	uid, gid := k.rt.SandboxIDs()
+	fh, err := k.c.startFill(req, uid, gid, k.rt.cfg.Cgroups != nil)
+	if err != nil {
+		return err
+	}
+	if err := k.c.fill(context.Background(), fh, req); err != nil {
+		return err
+	}
+	k.stamp, _ = stampWork(k.c.work)
+	return nil
+}
+
+// emptyWork removes everything of /work, the kernel frozen.
+//
+// Preconditions: k.mu is held.
+func (k *Kernel) emptyWork() error {
 	thaw := k.freeze()
 	defer thaw()
 	root, err := os.OpenRoot(k.c.work)
@@ -617,10 +646,6 @@ func (k *Kernel) Refill(ws Workspace) error {
 			return fmt.Errorf("%w: empty /work: %w", ErrRuntime, err)
 		}
 	}
-	if err := ws.Fill(k.c.work); err != nil {
-		return err
-	}
-	k.stamp, _ = stampWork(k.c.work)
 	return nil
 }
 

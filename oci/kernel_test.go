@@ -3,6 +3,7 @@ package oci_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,13 @@ import (
 
 // startKernel starts lang's kernel from the catalogue on workspace w.
 func (e *testEnv) startKernel(t *testing.T, lang string, w oci.Workspace, lim limits.Set) *oci.Kernel {
+	t.Helper()
+	return e.startKernelWork(t, lang, w, lim, 0)
+}
+
+// startKernelWork is startKernel with a /work of workBytes (0: the
+// limits' tmpfs size), as a session's quota gives it.
+func (e *testEnv) startKernelWork(t *testing.T, lang string, w oci.Workspace, lim limits.Set, workBytes int64) *oci.Kernel {
 	t.Helper()
 	l, err := rootfs.Lookup(lang)
 	if err != nil {
@@ -34,7 +42,7 @@ func (e *testEnv) startKernel(t *testing.T, lang string, w oci.Workspace, lim li
 	}
 	env := append(append([]string(nil), l.Env...), l.Kernel.Env...)
 	k, err := e.rt.StartKernel(context.Background(), &oci.Request{Root: layerRoot(t, lang), Args: argv, Env: env,
-		Limits: testLimits(t, lim), Workspace: w}, driver, 30*time.Second)
+		Limits: testLimits(t, lim), Workspace: w, WorkBytes: workBytes}, driver, 30*time.Second)
 	if err != nil {
 		t.Fatalf("start %s kernel: %v", lang, err)
 	}
@@ -317,4 +325,36 @@ func (e *testEnv) startKernelB(b *testing.B) *oci.Kernel {
 	}
 	b.Cleanup(func() { k.Destroy() })
 	return k
+}
+
+// TestKernelRefillChargedToKernel (issue #17): when another tool changed
+// the session, a kernel's /work is refilled by the fill helper in the
+// kernel's memory cgroup, as a run's is: the files count against the
+// kernel's limit (the next cell's peak holds them), and a session that
+// no longer fits is refused. Before, the server refilled /work itself:
+// the 40 MiB file was charged to the server (the cell's peak about
+// 12 MiB) and a session over the limit was accepted.
+func TestKernelRefillChargedToKernel(t *testing.T) {
+	e := newTestEnv(t)
+	w := treeWorkspace{newDirWorkspace(t, map[string]string{"small": "small"})}
+	k := e.startKernelWork(t, "python", w, limits.Set{MemoryBytes: 96 << 20}, 160<<20)
+	if err := os.WriteFile(filepath.Join(w.dir, "big"), []byte(strings.Repeat("x", 40<<20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Refill(w); err != nil {
+		t.Fatalf("refill of a 40 MiB session in a 96 MiB kernel: %v", err)
+	}
+	o, r := runCell(t, k, cell("import os\nos.path.getsize('big')", 10*time.Second))
+	if r.Status != "ok" || r.Value != "41943040" {
+		t.Fatalf("after the refill: reply %s, stderr %q", o.Reply, o.Stderr)
+	}
+	if o.MemoryPeakBytes < 40<<20 {
+		t.Errorf("the kernel's memory peak after a refill of 40 MiB: %d bytes: the files were not charged to it", o.MemoryPeakBytes)
+	}
+	if err := os.WriteFile(filepath.Join(w.dir, "bigger"), []byte(strings.Repeat("y", 64<<20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Refill(w); !errors.Is(err, oci.ErrInvalidRequest) || !strings.Contains(err.Error(), "do not fit in the run's memory limit of 96 MiB") {
+		t.Errorf("refill of a 104 MiB session in a 96 MiB kernel: %v, want a refusal", err)
+	}
 }

@@ -2,8 +2,6 @@ package oci
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,8 +52,10 @@ type LibcontainerConfig struct {
 
 // Libcontainer runs each request in a fresh container through runc's
 // libcontainer, in this process. One instance owns a directory
-// StateDir/<instance> locked with flock while it lives; Recover removes what
-// instances that died (kill -9) left behind.
+// StateDir/<instance> locked with flock while it lives, and names its
+// containers (and so their cgroups) <instance>-<n>, where the instance's
+// name says which process owns it (see newInstanceName); Recover removes
+// what instances that died (kill -9) left behind, and only that.
 type Libcontainer struct {
 	cfg      LibcontainerConfig
 	log      *slog.Logger
@@ -89,15 +89,16 @@ func NewLibcontainer(cfg LibcontainerConfig) (*Libcontainer, error) {
 	if cfg.Seccomp == nil {
 		return nil, fmt.Errorf("%w: a seccomp filter is required", ErrRuntime)
 	}
+	routeLogrus(cfg.Logger)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
+	name, err := newInstanceName()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
 	}
-	r := &Libcontainer{cfg: cfg, log: log, instance: hex.EncodeToString(b[:]), live: map[string]Container{}}
+	r := &Libcontainer{cfg: cfg, log: log, instance: name, live: map[string]Container{}}
 	r.dir = filepath.Join(cfg.StateDir, r.instance)
 	// 0711: the mapped container root must traverse to its /work source;
 	// nobody may list the directory.
@@ -208,6 +209,25 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 			_ = c.Destroy()
 		}
 	}()
+	// /work is filled before the program can be looked up: runc checks at
+	// create time that argv[0] exists, and it may be a file of /work (a
+	// compiled program, a session's). The fill helper, started now to
+	// start up while the container is made, fills it from a hook that
+	// libcontainer runs once the run's cgroup has its limits and init
+	// has mounted /work, before that check; without one, /work is filled
+	// here.
+	var fh *fillHelper
+	if pre == nil {
+		if fh, err = run.startFill(req, uid, gid, r.cfg.Cgroups != nil); err != nil {
+			return nil, err
+		}
+		defer fh.abort()
+		if fh == nil {
+			if err := fillWork(run.work, req, uid, gid); err != nil {
+				return nil, err
+			}
+		}
+	}
 
 	host := Host{WorkDir: run.work, UIDBase: r.cfg.UIDBase, Seccomp: r.cfg.Seccomp, SingleID: r.cfg.SingleID}
 	if r.cfg.Cgroups != nil {
@@ -235,6 +255,14 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	// It never reached the program anyway (runc's init clears it with
 	// clone). A killed server's sandboxes are removed by the next start's
 	// Recover.
+	var fillErr error
+	if fh != nil {
+		target := r.fillTarget(id)
+		config.Hooks = configs.Hooks{configs.CreateRuntime: {configs.NewFunctionHook(func(*specs.State) error {
+			fillErr = run.fill(ctx, fh, req, uid, gid, target)
+			return fillErr
+		})}}
+	}
 	rlimits, err := toRlimits(spec.Process.Rlimits)
 	if err != nil {
 		return nil, err
@@ -274,6 +302,9 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	if pre != nil {
 		pre.started()
 	}
+	if fillErr != nil {
+		return nil, fillErr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: start container init: %w", ErrRuntime, err)
 	}
@@ -299,6 +330,32 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 		}
 	}
 	return c, nil
+}
+
+// fill fills a prepared container's /work for req (run.fill) with the
+// helper fh (nil: in-process), in its cgroup: its init exists, so its
+// cgroup does (a pool's container at bind; its program is the launcher,
+// an executable of the root, so runc's check does not need /work).
+func (c *lcContainer) fill(ctx context.Context, fh *fillHelper, req *Request) error {
+	uid, gid := c.rt.SandboxIDs()
+	var target *cgroupTarget
+	if fh != nil {
+		target = c.rt.fillTarget(c.id)
+	}
+	return c.run.fill(ctx, fh, req, uid, gid, target)
+}
+
+// fillTarget is the memory cgroup of run id, for the fill helper.
+func (r *Libcontainer) fillTarget(id string) *cgroupTarget {
+	dir := r.cfg.Cgroups.MemoryDir(id)
+	paths := map[string]string{"": dir}
+	if r.cfg.CgroupMode.V1() {
+		paths = map[string]string{"memory": dir}
+	}
+	return &cgroupTarget{paths: paths, usage: func() limits.Usage {
+		u, _ := limits.ReadUsage(r.cfg.CgroupMode, paths) // what it read
+		return u
+	}}
 }
 
 // newID names a new container: the instance, then a sequence number.

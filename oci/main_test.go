@@ -118,19 +118,23 @@ func testLimits(t testing.TB, req limits.Set) limits.Set {
 // with per-backend expectations only where the semantics differ.
 func forEachBackend(t *testing.T, f func(t *testing.T, e *testEnv)) {
 	t.Run("runc", func(t *testing.T) { f(t, newTestEnv(t)) })
-	t.Run("gvisor", func(t *testing.T) {
-		_, err := exec.LookPath("runsc")
-		testutil.Require(t, err == nil, "runsc not installed (apt-get install runsc)")
-		e := newTestEnv(t)
-		filter, err := seccomp.GVisorProfile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := oci.NewRunsc(e.rt, oci.RunscConfig{Seccomp: filter})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.backend, e.runtime = "gvisor", g
-		f(t, e)
-	})
+	t.Run("gvisor", func(t *testing.T) { f(t, newGVisorEnv(t)) })
+}
+
+// newGVisorEnv is a testEnv whose backend is gVisor (runsc from PATH).
+func newGVisorEnv(t *testing.T) *testEnv {
+	t.Helper()
+	_, err := exec.LookPath("runsc")
+	testutil.Require(t, err == nil, "runsc not installed (apt-get install runsc)")
+	e := newTestEnv(t)
+	filter, err := seccomp.GVisorProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := oci.NewRunsc(e.rt, oci.RunscConfig{Seccomp: filter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.backend, e.runtime = "gvisor", g
+	return e
 }

@@ -483,7 +483,6 @@ func (p *Pool) bind(c *lcContainer, e *poolEntry, req *Request) error {
 		return errStale
 	default:
 	}
-	uid, gid := p.rt.SandboxIDs()
 	files := req.Files
 	if e.kind == kindScript {
 		files = slices.Clone(req.Files)
@@ -513,7 +512,13 @@ func (p *Pool) bind(c *lcContainer, e *poolEntry, req *Request) error {
 		}
 		c.pre.line = line
 	}
-	if err := fillWork(c.work, &Request{Workspace: req.Workspace, Files: files}, uid, gid); err != nil {
+	fillReq := &Request{Workspace: req.Workspace, Files: files}
+	uid, gid := p.rt.SandboxIDs()
+	fh, err := c.startFill(fillReq, uid, gid, p.rt.cfg.Cgroups != nil)
+	if err != nil {
+		return err
+	}
+	if err := c.fill(context.Background(), fh, fillReq); err != nil {
 		return err
 	}
 	c.collect, c.workspace, c.onOutput, c.stdin = req.Collect, req.Workspace, req.OnOutput, req.Stdin

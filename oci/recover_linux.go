@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
@@ -17,44 +16,53 @@ import (
 
 // Recover removes what dead instances left behind: a server killed with -9
 // leaves containers (their programs keep running until this: nothing kills
-// them when the server dies), /work tmpfs mounts, libcontainer
-// state directories and cgroups. An instance is dead when nobody holds the
-// flock on its lock file; live instances (other sandcell servers on the
-// same host) are left alone. It returns the names of the removed containers.
+// them when the server dies), /work tmpfs mounts, libcontainer state
+// directories and cgroups. It returns the names of the removed containers.
+//
+// Only what provably belongs to a dead instance is touched, whatever other
+// instances share this host, its state directory or its cgroup parent
+// (issue #17: an instance with another state directory took a live
+// server's runs for leftovers and killed them):
+//   - an instance directory in this state directory whose lock nobody
+//     holds, unless its name says its owner is alive (an instance between
+//     making its directory and locking it);
+//   - the /work mounts and directory of an instance in another state
+//     directory, when its name says its owner is dead and its lock is free;
+//   - a cgroup under the parent whose container id names a dead instance
+//     (owner.Token.Dead), or one of the instance directories removed here.
+//
+// A cgroup of an instance whose owner cannot be checked (another pid
+// namespace, a name without a token) is left alone.
 func (r *Libcontainer) Recover() ([]string, error) {
+	var (
+		removed []string
+		errs    []error
+		dead    = map[string]bool{} // instances whose state was removed here
+	)
 	entries, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
 	}
-	live := map[string]bool{r.instance: true}
-	var removed []string
-	var errs []error
 	for _, e := range entries {
 		if !e.IsDir() || e.Name() == r.instance {
 			continue
 		}
-		dir := filepath.Join(r.cfg.StateDir, e.Name())
-		lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR, 0)
-		if err == nil {
-			if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-				lock.Close()
-				live[e.Name()] = true // another server owns it
-				continue
-			}
-		}
-		ids, err := r.removeInstance(dir)
+		ids, gone, err := r.recoverInstance(filepath.Join(r.cfg.StateDir, e.Name()))
 		removed = append(removed, ids...)
+		dead[e.Name()] = gone
 		if err != nil {
 			errs = append(errs, err)
 		}
-		if lock != nil {
-			lock.Close()
-		}
+	}
+	ids, err := r.recoverMounts(dead)
+	removed = append(removed, ids...)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if r.cfg.Cgroups != nil {
 		ids, err := r.cfg.Cgroups.RemoveStale(func(id string) bool {
-			inst, _, _ := strings.Cut(id, "-")
-			return live[inst]
+			inst := instanceOf(id)
+			return !dead[inst] && !deadInstance(inst)
 		})
 		removed = append(removed, ids...)
 		if err != nil {
@@ -65,6 +73,68 @@ func (r *Libcontainer) Recover() ([]string, error) {
 	removed = slices.Compact(removed)
 	if len(removed) > 0 {
 		r.log.Info("removed leftovers of a dead instance", "containers", len(removed))
+	}
+	return removed, errors.Join(errs...)
+}
+
+// recoverInstance removes the instance directory dir if its instance is
+// dead: nobody holds its lock, and its name does not say that its owner
+// lives. gone reports whether it was removed.
+func (r *Libcontainer) recoverInstance(dir string) (ids []string, gone bool, err error) {
+	lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err == nil {
+		defer lock.Close()
+		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+			return nil, false, nil // another server owns it
+		}
+	}
+	if tok, ok := instanceOwner(filepath.Base(dir)); ok && !tok.Dead() {
+		return nil, false, nil
+	}
+	ids, err = r.removeInstance(dir)
+	return ids, true, err
+}
+
+// recoverMounts finds the /work mounts of dead instances outside this
+// state directory ("<dir>/<instance>/runs/<id>/work", mounted in this
+// mount namespace) and removes those instances (recoverInstance), so that
+// a crashed server's tmpfs memory does not wait for a server on its own
+// state directory. Instances removed here are added to dead.
+func (r *Libcontainer) recoverMounts(dead map[string]bool) ([]string, error) {
+	runtime.LockOSThread() // the host's mount table (see unmountUnder)
+	infos, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return filepath.Base(m.Mountpoint) != "work", false
+	})
+	runtime.UnlockOSThread()
+	if err != nil {
+		return nil, fmt.Errorf("%w: read mounts: %w", ErrRuntime, err)
+	}
+	dirs := map[string]bool{}
+	for _, m := range infos {
+		// .../<instance>/runs/<instance>-<n>/work
+		run := filepath.Dir(m.Mountpoint)
+		inst := filepath.Dir(filepath.Dir(run))
+		name := filepath.Base(inst)
+		if filepath.Base(filepath.Dir(run)) != "runs" || instanceOf(filepath.Base(run)) != name ||
+			filepath.Dir(inst) == filepath.Clean(r.cfg.StateDir) || !deadInstance(name) {
+			continue
+		}
+		dirs[inst] = true
+	}
+	var (
+		removed []string
+		errs    []error
+	)
+	for dir := range dirs {
+		ids, gone, err := r.recoverInstance(dir)
+		removed = append(removed, ids...)
+		if gone {
+			dead[filepath.Base(dir)] = true
+			r.log.Info("removed a dead instance's directory", "dir", dir)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return removed, errors.Join(errs...)
 }

@@ -47,8 +47,9 @@ type Request struct {
 	// verdict; after Collect), before the tmpfs is unmounted. Nil: /work
 	// starts empty and is thrown away.
 	// WorkBytes is the size of /work (0: Limits.TmpfsBytes, like /tmp):
-	// a session's quota. Like every tmpfs, what the program writes there
-	// counts against its memory limit.
+	// a session's quota. Like every tmpfs, what is in it counts against
+	// the run's memory limit: what the program writes, and what the fill
+	// helper wrote there before it started (see fill_linux.go).
 	WorkBytes int64
 	Workspace Workspace
 	// OnOutput, if set, receives the program's output while it runs, in
@@ -75,8 +76,10 @@ type Request struct {
 }
 
 // Workspace is a session's persistent files (implemented by
-// internal/workspace through cmd/sandcell). sandcell calls Fill when the
-// run is prepared and Save at most once, from Wait, when no process of the
+// internal/workspace through package service). sandcell fills /work when
+// the run is prepared, with the fill helper in the run's cgroup if the
+// workspace is a TreeWorkspace and the binary has the helper (InitFill),
+// else with Fill; and calls Save at most once, from Wait, when no process of the
 // run is left; neither is called for a run that failed before its program
 // started, and Save is not called when the program may still be alive (a
 // container that would not die): the workspace then keeps its files.

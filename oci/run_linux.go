@@ -64,8 +64,9 @@ type run struct {
 	pooled bool
 }
 
-// newRun makes the run's directory, its /work tmpfs with the request's
-// files, and the pipes for its streams.
+// newRun makes the run's directory, its empty /work tmpfs, and the pipes
+// for its streams. The backend fills /work (run.fill) once the run's
+// cgroup exists, before the program starts.
 func newRun(id, runDir string, req *Request, uid, gid uint32) (_ *run, retErr error) {
 	r := &run{id: id, limits: req.Limits, collect: req.Collect, workspace: req.Workspace, onOutput: req.OnOutput,
 		runDir: runDir, stdin: req.Stdin, stream: req.StdinStream, stop: make(chan stopReason, 1), exited: make(chan struct{})}
@@ -77,9 +78,6 @@ func newRun(id, runDir string, req *Request, uid, gid uint32) (_ *run, retErr er
 	work, err := mountWork(runDir, req, uid, gid)
 	r.work = work
 	if err != nil {
-		return nil, err
-	}
-	if err := fillWork(work, req, uid, gid); err != nil {
 		return nil, err
 	}
 	if r.outR, r.outW, err = os.Pipe(); err != nil {

@@ -217,6 +217,11 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 			_ = c.Destroy()
 		}
 	}()
+	fh, err := run.startFill(req, uid, gid, r.cfg.Cgroups != nil)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.abort()
 	host := Host{WorkDir: run.work, UIDBase: r.cfg.UIDBase, Seccomp: g.seccomp, SingleID: r.cfg.SingleID}
 	if r.cfg.Cgroups != nil {
 		host.CgroupsPath = r.cfg.Cgroups.ChildPath(id)
@@ -226,6 +231,7 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 		return nil, err
 	}
 	withoutInodeCaps(spec)
+	withoutTun(spec)
 	if r.cfg.SingleID {
 		withoutUserNS(spec)
 	}
@@ -267,7 +273,9 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 	// and gone with sandcell.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	err = cmd.Start()
+	// From the spawner thread: Pdeathsig fires when the forking thread
+	// exits (see startChild).
+	err = startChild(cmd)
 	run.childStarted()
 	if err != nil {
 		return nil, fmt.Errorf("%w: start runsc holder: %w", ErrRuntime, err)
@@ -283,6 +291,13 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 		if err := c.cg.Set(c.cgConfig.Resources); err != nil {
 			return nil, fmt.Errorf("%w: set cgroup limits: %w", ErrRuntime, err)
 		}
+	}
+	var target *cgroupTarget
+	if fh != nil {
+		target = &cgroupTarget{paths: c.cg.GetPaths(), usage: c.usage}
+	}
+	if err := run.fill(ctx, fh, req, uid, gid, target); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -687,4 +702,21 @@ func withoutUserNS(spec *specs.Spec) {
 		return ns.Type == specs.UserNamespace
 	})
 	spec.Linux.UIDMappings, spec.Linux.GIDMappings = nil, nil
+}
+
+// withoutTun hides gVisor's TUN device: a gVisor run's /dev has
+// /dev/net/tun (its netstack's TUN), which a runc run's has not, and it
+// opened (issue #17): gVisor's own emulation, no host device, but surface
+// that SECURITY.md's device list does not grant. An empty read-only tmpfs
+// over /dev/net covers it (gVisor mounts the spec's mounts after it has
+// populated /dev).
+//
+// gVisor's /dev/fuse stays: it is a file, and a file can be covered only
+// by a bind mount, which runsc's gofer makes on the read-only layer and
+// cannot. It is inert: serving a FUSE filesystem takes mount(2), which the
+// sandbox's filter denies (seccomp.GVisorProfile), so an open /dev/fuse
+// only ever answers EIO.
+func withoutTun(spec *specs.Spec) {
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/dev/net", Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"ro", "nosuid", "noexec", "nodev", "mode=755", "size=4096"}})
 }

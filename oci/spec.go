@@ -114,7 +114,16 @@ func buildSpec(req *Request, h Host) (*specs.Spec, error) {
 	if h.SingleID {
 		mapSize, user = 1, specs.User{}
 	}
-	oomScore := 1000 // under host memory pressure, the kernel kills a sandbox first
+	// Under host memory pressure, the kernel kills a sandbox first. runc
+	// writes the score from the host before the namespaces are made; the
+	// kernel then also raises the floor a process may lower its own
+	// score to (oom_score_adj_min), but only if the writer has
+	// CAP_SYS_RESOURCE in the initial user namespace: a rootless server
+	// has not, nor root on hosts that drop it. So the program cannot
+	// write /proc at all (the mount is read-only): it stays at 1000
+	// whatever the server's own score (issue #17: a program lowered it
+	// to 0).
+	oomScore := 1000
 
 	s := &specs.Spec{
 		Version:  specs.Version,
@@ -132,7 +141,10 @@ func buildSpec(req *Request, h Host) (*specs.Spec, error) {
 			OOMScoreAdj:     &oomScore,
 		},
 		Mounts: []specs.Mount{
-			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			// Read-only: a write to /proc/self reaches the kernel as the
+			// program's own, and oom_score_adj is one it must not make
+			// (see oomScore).
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536"}},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", tmpfsSize, tmpfsInodes}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},

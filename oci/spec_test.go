@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -102,6 +103,14 @@ func TestSpecInvariants(t *testing.T) {
 		if m.Type == "bind" && m.Source != host.WorkDir {
 			t.Errorf("host path %s is mounted", m.Source)
 		}
+		// A writable /proc lets a program lower its oom_score_adj
+		// (issue #17).
+		if m.Destination == "/proc" && !slices.Contains(m.Options, "ro") {
+			t.Errorf("/proc is mounted writable: %v", m.Options)
+		}
+	}
+	if s.Process.OOMScoreAdj == nil || *s.Process.OOMScoreAdj != 1000 {
+		t.Errorf("oom_score_adj %v, want 1000", s.Process.OOMScoreAdj)
 	}
 	if s.Process.Terminal {
 		t.Error("terminal allocated")

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/testutil"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/seccomp"
@@ -49,18 +49,8 @@ func (e *testEnv) assertClean(t testing.TB) {
 // child cgroups of the test parent, processes in the sandbox uid range.
 func (e *testEnv) assertNoTraces(t testing.TB) {
 	t.Helper()
-	// The calling thread's view: the main thread may be wedged in a
-	// container's mount namespace (see oci.unmountUnder).
-	runtime.LockOSThread()
-	mi, err := os.ReadFile("/proc/thread-self/mountinfo")
-	runtime.UnlockOSThread()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(mi), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], e.stateDir+"/") {
-			t.Errorf("mount left behind: %s", f[4])
-		}
+	for _, m := range testutil.MountsBelow(t, e.stateDir) {
+		t.Errorf("mount left behind: %s", m)
 	}
 	for _, dir := range cgroupDirs(e.cgPath) {
 		ents, _ := os.ReadDir(dir)

@@ -76,7 +76,7 @@ func verdict(e exitInfo, stop stopReason, u limits.Usage, l limits.Set) (api.Sta
 	if u.PidsMaxHits > 0 {
 		return api.StatusError, fmt.Sprintf("the limit of %d processes/threads was reached", l.Pids)
 	}
-	return api.StatusError, ""
+	return api.StatusError, "the program " + api.ExitMessage(e.code, signalName(e.signal))
 }
 
 // signalName gives the conventional name of a signal ("SIGKILL"), or "".

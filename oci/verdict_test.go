@@ -37,7 +37,9 @@ func TestVerdict(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("verdict(%+v, %v, %+v) = %s, want %s", tc.e, tc.stop, tc.u, got, tc.want)
 			}
-			if (got != api.StatusOK && got != api.StatusError) && msg == "" {
+			// Every status but ok says why (issue #17: status error
+			// came with no message).
+			if got != api.StatusOK && msg == "" {
 				t.Errorf("status %s without a message", got)
 			}
 		})
@@ -66,5 +68,30 @@ func TestCaptureCapsAndSignals(t *testing.T) {
 	w.Close()
 	if b, trunc := c.wait(); string(b) != "0123456789" || trunc {
 		t.Errorf("got %q truncated=%v at exactly the cap", b, trunc)
+	}
+}
+
+// TestKernelVerdictMessages (issue #17): every status of a cell but ok
+// says why, whatever the outcome. Before, a cell that raised an
+// exception was status error with an empty message.
+func TestKernelVerdictMessages(t *testing.T) {
+	c := KernelCell{Timeout: time.Second, CPUTime: time.Second, Grace: time.Second, OutputBytes: 1 << 20}
+	var outcomes []KernelOutcome
+	for _, stop := range []string{"", CellCancelled, CellOutput, CellTimeout, CellCPUTime} {
+		for _, died := range []bool{false, true} {
+			for _, oom := range []uint64{0, 1} {
+				for _, err := range []error{nil, os.ErrClosed} {
+					outcomes = append(outcomes, KernelOutcome{Stop: stop, Died: died, Killed: died, OOMKills: oom, Err: err})
+				}
+			}
+		}
+	}
+	for _, o := range outcomes {
+		for _, replyErr := range []bool{false, true} {
+			st, msg, _ := KernelVerdict(o, c, 64<<20, replyErr)
+			if st != api.StatusOK && msg == "" {
+				t.Errorf("%+v, reply error %v: status %s without a message", o, replyErr, st)
+			}
+		}
 	}
 }

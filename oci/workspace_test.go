@@ -39,7 +39,7 @@ type dirWorkspace struct {
 	savedFiles  map[string]string
 }
 
-func newDirWorkspace(t *testing.T, files map[string]string) *dirWorkspace {
+func newDirWorkspace(t testing.TB, files map[string]string) *dirWorkspace {
 	t.Helper()
 	w := &dirWorkspace{dir: t.TempDir()}
 	for name, data := range files {

@@ -53,6 +53,18 @@ var gvisorArgDenials = func() []rule {
 	rs = append(rs, rule{names: []string{"socket"}, action: deny,
 		args: []specs.LinuxSeccompArg{eq(0, afNetlink), {Index: 2, Value: netlinkRoute, Op: specs.OpNotEqual}},
 		why:  "Netlink other than route (nf_tables): see argDenials."})
+	// The host kernel refuses device nodes to a user namespace (no
+	// CAP_MKNOD), and mounts the writable tmpfs nodev; gVisor's tmpfs
+	// checks neither, so a program made a node of any device gVisor
+	// emulates (c 10 200, tun) where /dev no longer shows it, and opened
+	// it (issue #17). FIFOs and sockets stay allowed, as under runc.
+	for _, typ := range []uint64{sIFCHR, sIFBLK} {
+		rs = append(rs,
+			rule{names: []string{"mknod"}, action: deny, args: []specs.LinuxSeccompArg{maskedEq(1, sIFMT, typ)}, arches: amd64Only,
+				why: "Character and block device nodes: the host kernel refuses them to the sandbox, gVisor's tmpfs does not."},
+			rule{names: []string{"mknodat"}, action: deny, args: []specs.LinuxSeccompArg{maskedEq(2, sIFMT, typ)},
+				why: "Character and block device nodes: the host kernel refuses them to the sandbox, gVisor's tmpfs does not."})
+	}
 	return rs
 }()
 

@@ -78,3 +78,31 @@ func deniedBy(t *testing.T, p *specs.LinuxSeccomp, name string, args [6]uint64) 
 	t.Helper()
 	return evaluate(t, p, name, args) == verdict{action: specs.ActErrno, errno: errnoEPERM}
 }
+
+// TestGVisorProfileDeviceNodes (issue #17): gVisor's tmpfs lets the
+// sandbox user make device nodes (it checks neither CAP_MKNOD nor nodev),
+// so the filter denies mknod and mknodat of character and block devices,
+// and only those: FIFOs, sockets and regular files stay allowed.
+func TestGVisorProfileDeviceNodes(t *testing.T) {
+	g, err := gvisorProfileFor("amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode   uint64
+		denied bool
+	}{
+		{sIFCHR | 0o644, true},
+		{sIFBLK | 0o600, true},
+		{0o010000 | 0o644, false}, // S_IFIFO
+		{0o140000 | 0o755, false}, // S_IFSOCK
+		{0o100000 | 0o644, false}, // S_IFREG
+	} {
+		if got := deniedBy(t, g, "mknodat", [6]uint64{0xffffff9c, 0, tc.mode, 0}); got != tc.denied {
+			t.Errorf("mknodat mode %#o: denied %v, want %v", tc.mode, got, tc.denied)
+		}
+		if got := deniedBy(t, g, "mknod", [6]uint64{0, tc.mode, 0}); got != tc.denied {
+			t.Errorf("mknod mode %#o: denied %v, want %v", tc.mode, got, tc.denied)
+		}
+	}
+}

@@ -44,6 +44,11 @@ const (
 	// shares its bit with the exit-signal byte and the kernel refuses it in
 	// clone(2) anyway; it is in the mask so that no namespace flag is
 	// missing from the list.
+	// File types in mknod(2)'s mode (S_IFMT and two of its values).
+	sIFMT  = 0o170000
+	sIFCHR = 0o020000
+	sIFBLK = 0o060000
+
 	cloneNamespaces = cloneNewTime | cloneNewNS | cloneNewCgroup | cloneNewUTS |
 		cloneNewIPC | cloneNewUser | cloneNewPID | cloneNewNet
 )

@@ -23,7 +23,8 @@ func (s *Service) Images(context.Context) ([]mcp.ImageInfo, error) {
 	return out, nil
 }
 
-// CreateImageSession makes a session whose runs are in the imported image
+// CreateImageSession makes a session (for the calling client, bounded
+// like CreateSession) whose runs are in the imported image
 // unless they name another (mcp.Images). The image must be imported now;
 // a run after it was removed is refused with the image's name.
 func (s *Service) CreateImageSession(ctx context.Context, language, image string, ttl time.Duration) (mcp.SessionInfo, error) {
@@ -37,7 +38,7 @@ func (s *Service) CreateImageSession(ctx context.Context, language, image string
 		}
 		language = l.Name
 	}
-	m, err := s.ws.CreateIn(language, image, ttl)
+	m, err := s.ws.CreateFor(mcp.ClientID(ctx), language, image, ttl)
 	if err != nil {
 		return mcp.SessionInfo{}, err
 	}

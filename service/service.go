@@ -171,6 +171,10 @@ type sessionWork struct {
 
 func (w *sessionWork) Fill(dir string) error { return w.sess.Fill(dir) }
 
+// Tree opens the session's tree for oci's fill helper, which copies it
+// into /work from the run's cgroup (oci.TreeWorkspace).
+func (w *sessionWork) Tree() (*os.File, error) { return w.sess.Tree() }
+
 func (w *sessionWork) Save(dir string) error {
 	if w.source != "" {
 		if err := removeSource(dir, w.source, w.sourceData); err != nil {
@@ -268,6 +272,9 @@ func (s *Service) Languages(context.Context) ([]mcp.LanguageInfo, error) {
 	return out, nil
 }
 
+// CreateSession makes a session for the calling client (mcp.ClientID):
+// the store bounds the sessions in all and per client, and clamps ttl to
+// its maximum (the returned ttl_seconds says what the session got).
 func (s *Service) CreateSession(ctx context.Context, language string, ttl time.Duration) (mcp.SessionInfo, error) {
 	if language != "" {
 		l, err := rootfs.Lookup(language)
@@ -276,7 +283,7 @@ func (s *Service) CreateSession(ctx context.Context, language string, ttl time.D
 		}
 		language = l.Name
 	}
-	m, err := s.ws.Create(language, ttl)
+	m, err := s.ws.CreateFor(mcp.ClientID(ctx), language, "", ttl)
 	if err != nil {
 		return mcp.SessionInfo{}, err
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/owner"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 )
@@ -102,11 +102,14 @@ func New(cfg Config) (*Runtime, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
+	// Named like oci's instances (owner.NewName), which share the state
+	// directory: any recovery can tell from the name that its owner
+	// lives, before this one has locked its directory (issue #17).
+	name, err := owner.NewName()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
 	}
-	r := &Runtime{cfg: cfg, log: log, instance: "w" + hex.EncodeToString(b[:]), live: map[string]*container{}}
+	r := &Runtime{cfg: cfg, log: log, instance: name, live: map[string]*container{}}
 	r.dir = filepath.Join(cfg.StateDir, r.instance)
 	for _, d := range []string{cfg.StateDir, r.dir, filepath.Join(r.dir, "runs")} {
 		if err := os.Mkdir(d, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
@@ -139,7 +142,8 @@ func New(cfg Config) (*Runtime, error) {
 }
 
 // Recover removes what dead wasm instances left in StateDir (runs' /work
-// and /tmp of a killed server); live instances hold their lock. It
+// and /tmp of a killed server): only an instance whose lock nobody holds
+// and whose name does not say its owner lives (owner.NameOwner). It
 // returns how many instances it removed.
 func (r *Runtime) Recover() (int, error) {
 	entries, err := os.ReadDir(r.cfg.StateDir)
@@ -155,6 +159,9 @@ func (r *Runtime) Recover() (int, error) {
 		dir := filepath.Join(r.cfg.StateDir, e.Name())
 		if _, err := os.Lstat(filepath.Join(dir, instanceMarker)); err != nil {
 			continue // not a wasm instance (a runc one: oci's Recover)
+		}
+		if tok, ok := owner.NameOwner(e.Name()); ok && !tok.Dead() {
+			continue // alive, maybe not locked yet
 		}
 		lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR, 0)
 		if err == nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/owner"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 )
@@ -169,15 +170,42 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// TestRecoverRemovesDeadInstances: Recover removes a wasm instance's
+// directory only when its lock is free and its name does not say its
+// owner lives (issue #17): an instance of a live process that has not
+// locked its directory yet is kept (before, with random names, it was
+// removed), one whose owner is dead goes, and a directory that is not a
+// wasm instance's is left to its own runtime.
 func TestRecoverRemovesDeadInstances(t *testing.T) {
 	state := t.TempDir()
-	dead, err := New(Config{StateDir: state, UID: -1, GID: -1})
+	me, err := owner.Self()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A crash: the lock is released with the process, the directory stays.
-	os.MkdirAll(filepath.Join(dead.dir, "runs", "x", "work"), 0o755)
-	dead.lock.Close()
+	// A crash: the lock is released with the process, the directory
+	// stays, named by its owner: this pid with another start time (a
+	// reused pid), which owner.Token.Dead proves gone.
+	crashed, err := New(Config{StateDir: state, UID: -1, GID: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(crashed.dir, "runs", "x", "work"), 0o755)
+	crashed.lock.Close()
+	deadTok := me
+	deadTok.Start++
+	dead := filepath.Join(state, deadTok.String()+".1")
+	if err := os.Rename(crashed.dir, dead); err != nil {
+		t.Fatal(err)
+	}
+	// Unlocked, but its owner (this process) lives: between making its
+	// directory and locking it.
+	young, err := New(Config{StateDir: state, UID: -1, GID: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	young.lock.Close()
+	young.lock = nil
+	defer young.Close()
 	live, err := New(Config{StateDir: state, UID: -1, GID: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -189,14 +217,13 @@ func TestRecoverRemovesDeadInstances(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("Recover = %d, %v; want 1 removed", n, err)
 	}
-	if _, err := os.Stat(dead.dir); !os.IsNotExist(err) {
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
 		t.Errorf("the dead instance's directory is still there")
 	}
-	if _, err := os.Stat(live.dir); err != nil {
-		t.Errorf("the live instance's directory is gone: %v", err)
-	}
-	if _, err := os.Stat(other); err != nil {
-		t.Errorf("a directory that is not a wasm instance's was removed")
+	for _, d := range []string{live.dir, young.dir, other} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s was removed: %v", d, err)
+		}
 	}
 }
 

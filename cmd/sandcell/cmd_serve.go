@@ -248,7 +248,8 @@ func openService(env *cliEnv) (*served, func(), error) {
 	uid, gid := e.SandboxIDs()
 	ws, err = workspace.Open(env.cfg.SessionsPath(), workspace.Options{
 		UID: int(uid), GID: int(gid),
-		Quota: env.cfg.SessionQuota, TTL: env.cfg.SessionTTL, Logger: env.log,
+		Quota: env.cfg.SessionQuota, TTL: env.cfg.SessionTTL, MaxTTL: env.cfg.SessionMaxTTL,
+		MaxSessions: env.cfg.MaxSessions, MaxPerClient: env.cfg.MaxSessionsPerClient, Logger: env.log,
 	})
 	if err != nil {
 		e.Close()

@@ -25,12 +25,12 @@ var allowedImports = map[string][]string{
 	"batch":              {"api", "executor", "limits", "internal/humaneval", "internal/par", "internal/progress"},
 	"rest":               {"api", "batch", "executor", "limits", "rootfs"},
 	"executor":           {"api", "oci", "limits", "rootfs", "seccomp", "internal/egress", "wasm"},
-	"wasm":               {"api", "oci", "limits"},
-	"oci":                {"api", "limits", "internal/netcopy"},
+	"wasm":               {"api", "oci", "limits", "internal/owner"},
+	"oci":                {"api", "limits", "internal/netcopy", "internal/owner"},
 	"mcp":                {"api", "limits"},
 	"limits":             {"api"},
 	"rootfs":             {"api"},
-	"internal/workspace": {"api"},
+	"internal/workspace": {"api", "internal/owner"},
 	"internal/egress":    {"internal/netcopy"},
 }
 

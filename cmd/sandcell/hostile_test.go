@@ -160,6 +160,7 @@ type expectation struct {
 	StdoutTruncated   *bool    `json:"stdout_truncated"`
 	StderrTruncated   *bool    `json:"stderr_truncated"`
 	MaxMS             int64    `json:"max_ms"`
+	MinPeakMB         int64    `json:"min_peak_mb"` // memory_peak_bytes at least this
 	// Through the MCP protocol (via "mcp") only: the text block fences
 	// stdout and stderr as untrusted output; the fences cannot be forged
 	// by the output; the client got one response and nothing else.
@@ -199,6 +200,10 @@ type sessionOp struct {
 	MaxBytes   int64             `json:"max_bytes"`
 	WaitMS     int               `json:"wait_ms"`
 	Final      string            `json:"final"`
+	// run only: the limits of this run (default: the entry's), and a
+	// refusal it must get, by a substring of the error (default: none).
+	Limits  *corpusLimits `json:"limits"`
+	Refused string        `json:"refused"`
 }
 
 // loadCorpus reads the manifest and checks that it is complete: every
@@ -646,6 +651,9 @@ func checkRun(exp expectation, res api.Result, text string) []failure {
 			}
 		}
 	}
+	if exp.MinPeakMB > 0 && res.MemoryPeakBytes < exp.MinPeakMB<<20 {
+		fail("min_peak_mb", "memory peak %d bytes, want at least %d MiB", res.MemoryPeakBytes, exp.MinPeakMB)
+	}
 	if exp.StdoutTruncated != nil && res.StdoutTruncated != *exp.StdoutTruncated {
 		fail("stdout_truncated", "stdout_truncated %v, want %v", res.StdoutTruncated, *exp.StdoutTruncated)
 	}
@@ -721,6 +729,10 @@ func (h *harness) universal(res api.Result) []failure {
 	}
 	if res.Status == "" {
 		fail("no status")
+	}
+	// Every status but ok says why (issue #17).
+	if res.Status != api.StatusOK && res.Message == "" {
+		fail("status %s without a message", res.Status)
 	}
 	return fs
 }
@@ -837,16 +849,26 @@ func (h *harness) sessionStep(t *testing.T, backend string, e *corpusEntry, sess
 		case "delete_file":
 			want(h.sb.DeleteFile(ctx, session, path))
 		case "run":
-			req := h.request(t, backend, op.Language, op.File, nil, e.Env, e.Limits, session)
+			lim := e.Limits
+			if op.Limits != nil {
+				lim = *op.Limits
+			}
+			req := h.request(t, backend, op.Language, op.File, nil, e.Env, lim, session)
 			for _, p := range slices.Sorted(maps.Keys(op.Files)) {
 				req.Files = append(req.Files, api.File{Path: p, Data: []byte(op.Files[p])})
 			}
 			res, err := h.sb.Execute(ctx, req)
+			if op.Refused != "" {
+				if err == nil || !strings.Contains(err.Error(), op.Refused) {
+					t.Errorf("%s: got status %s (peak %d bytes) and error %v, want a refusal saying %q", name, res.Status, res.MemoryPeakBytes, err, op.Refused)
+				}
+				return
+			}
 			if err != nil {
 				t.Errorf("%s refused: %v", name, err)
 				return
 			}
-			t.Logf("%s: status %s\nstdout: %s", name, res.Status, res.Stdout)
+			t.Logf("%s: status %s, memory peak %d bytes\nstdout: %s", name, res.Status, res.MemoryPeakBytes, res.Stdout)
 			for _, f := range append(h.universal(res), checkRun(*op.Expect, res, "")...) {
 				t.Errorf("%s: %s: %s", name, f.check, f.msg)
 			}

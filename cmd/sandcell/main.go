@@ -35,6 +35,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/oci"
 )
 
@@ -43,6 +44,10 @@ import (
 // inside and then execs the program. It must run before anything else.
 func init() {
 	oci.Init()
+	// The fill helper: a run's /work is written by a child process in the
+	// run's memory cgroup, which copies a session's tree with package
+	// workspace (oci/fill_linux.go).
+	oci.InitFill(workspace.FillFrom)
 }
 
 func main() {

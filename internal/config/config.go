@@ -66,9 +66,17 @@ type Config struct {
 	// LayerDir/sessions: on disk, so that they survive restarts).
 	SessionsDir string
 	// SessionTTL is how long an idle session lives (default 24h);
-	// SessionQuota the most its /work may hold (default 256 MiB).
-	SessionTTL   time.Duration
-	SessionQuota int64
+	// SessionMaxTTL the longest a client may ask for (default 7 days);
+	// SessionQuota the most its /work may hold on the host's disk, in
+	// bytes and (one per 4 KiB) inodes (default 256 MiB).
+	SessionTTL    time.Duration
+	SessionMaxTTL time.Duration
+	SessionQuota  int64
+	// MaxSessions caps the sessions of the server (default 256),
+	// MaxSessionsPerClient those of one MCP connection (default 32):
+	// the store then holds at most MaxSessions x SessionQuota.
+	MaxSessions          int
+	MaxSessionsPerClient int
 	// MaxRuns is the number of runs at once of a server (default: the
 	// number of CPUs); MaxQueue how many more may wait for a slot (default
 	// 4 x MaxRuns). Past both, a call is refused as busy at once.
@@ -103,22 +111,25 @@ type Config struct {
 // sandcell's rootless user namespace, the user's (Rootless).
 func Default() Config {
 	c := Config{
-		StateDir:     "/run/sandcell",
-		LayerDir:     rootfs.DefaultDir(),
-		AutoBuild:    true,
-		CgroupParent: "/sandcell",
-		MaxPids:      16384,
-		UIDBase:      100000,
-		Isolation:    "runc",
-		Defaults:     limits.Defaults(),
-		Ceilings:     limits.Ceilings(),
-		SessionTTL:   24 * time.Hour,
-		SessionQuota: 256 << 20,
-		MaxRuns:      runtime.NumCPU(),
-		MaxQueue:     4 * runtime.NumCPU(),
-		PoolSize:     0,
-		PoolIdle:     oci.DefaultPoolIdle,
-		LogLevel:     "warn",
+		StateDir:             "/run/sandcell",
+		LayerDir:             rootfs.DefaultDir(),
+		AutoBuild:            true,
+		CgroupParent:         "/sandcell",
+		MaxPids:              16384,
+		UIDBase:              100000,
+		Isolation:            "runc",
+		Defaults:             limits.Defaults(),
+		Ceilings:             limits.Ceilings(),
+		SessionTTL:           24 * time.Hour,
+		SessionMaxTTL:        7 * 24 * time.Hour,
+		SessionQuota:         256 << 20,
+		MaxSessions:          256,
+		MaxSessionsPerClient: 32,
+		MaxRuns:              runtime.NumCPU(),
+		MaxQueue:             4 * runtime.NumCPU(),
+		PoolSize:             0,
+		PoolIdle:             oci.DefaultPoolIdle,
+		LogLevel:             "warn",
 	}
 	if uid, _, ok := Rootless(); ok {
 		rootlessDefaults(&c, uid)
@@ -149,7 +160,10 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.Var(&listValue{p: &c.SharedLayerDirs, check: absPath}, "shared-home", "another sandcell home whose built layers are used read-only (repeatable; a rootless server uses /var/lib/sandcell)")
 	fs.StringVar(&c.SessionsDir, "sessions-dir", c.SessionsDir, "sessions' persistent workspaces (default <home>/sessions)")
 	fs.DurationVar(&c.SessionTTL, "session-ttl", c.SessionTTL, "idle time after which a session and its files are removed")
-	SizeFlag(fs, &c.SessionQuota, "session-quota", "the most a session's /work may hold (e.g. 256MiB)")
+	fs.DurationVar(&c.SessionMaxTTL, "session-max-ttl", c.SessionMaxTTL, "the longest idle time a client may ask a session to live (a longer ttl is clamped to it)")
+	SizeFlag(fs, &c.SessionQuota, "session-quota", "the most a session's /work may hold on disk, counting a page and the name of every entry (e.g. 256MiB; also one inode per 4KiB)")
+	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions the server holds at most (disk: at most this many x --session-quota)")
+	fs.IntVar(&c.MaxSessionsPerClient, "max-sessions-per-client", c.MaxSessionsPerClient, "sessions one MCP connection may hold at once")
 	fs.IntVar(&c.MaxRuns, "max-runs", c.MaxRuns, "runs at once (default: the number of CPUs)")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "runs waiting for a slot before calls are refused as busy (default 4 x the number of CPUs)")
 	c.addDepsFlags(fs)
@@ -190,6 +204,12 @@ func (c *Config) Validate() error {
 	}
 	if c.SessionTTL <= 0 || c.SessionQuota <= 0 {
 		return errors.New("--session-ttl and --session-quota must be positive")
+	}
+	if c.SessionMaxTTL < c.SessionTTL {
+		return fmt.Errorf("--session-max-ttl %s must be at least --session-ttl %s", c.SessionMaxTTL, c.SessionTTL)
+	}
+	if c.MaxSessions < 1 || c.MaxSessionsPerClient < 1 {
+		return fmt.Errorf("--max-sessions %d and --max-sessions-per-client %d must be at least 1", c.MaxSessions, c.MaxSessionsPerClient)
 	}
 	if c.MaxRuns < 1 || c.MaxQueue < 0 {
 		return fmt.Errorf("--max-runs %d must be at least 1 and --max-queue %d not negative", c.MaxRuns, c.MaxQueue)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestRunscPath: --runsc wins; else the runsc `make runsc` put into a home
@@ -72,6 +73,32 @@ func TestDepsFlags(t *testing.T) {
 	} {
 		if _, err := parse(bad...); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestSessionBounds (issue #17): the session bounds have flags and are
+// checked.
+func TestSessionBounds(t *testing.T) {
+	c := Default()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.AddFlags(fs)
+	if err := fs.Parse([]string{"--session-max-ttl", "48h", "--max-sessions", "10", "--max-sessions-per-client", "3"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil || c.SessionMaxTTL != 48*time.Hour || c.MaxSessions != 10 || c.MaxSessionsPerClient != 3 {
+		t.Errorf("parsed %v %d %d, Validate %v", c.SessionMaxTTL, c.MaxSessions, c.MaxSessionsPerClient, err)
+	}
+	for _, bad := range []func(*Config){
+		func(c *Config) { c.SessionMaxTTL = c.SessionTTL - time.Second },
+		func(c *Config) { c.MaxSessions = 0 },
+		func(c *Config) { c.MaxSessionsPerClient = 0 },
+	} {
+		c := Default()
+		bad(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("Validate of %+v: no error", c)
 		}
 	}
 }

@@ -11,18 +11,22 @@ import (
 // the usual arm64 kernels): a file's data costs whole pages.
 const pageSize = 4096
 
-// shortSymlink is tmpfs's SHORT_SYMLINK_LEN: a symlink whose target and
-// NUL byte take more bytes is stored in a page charged to the size limit
-// (mm/shmem.c, shmem_symlink); a shorter one is not.
-const shortSymlink = 128
+// direntSize is what an entry's name costs its parent directory on the
+// disk under the store: an ext4 directory entry, 8 bytes and the name
+// rounded up to 4 (a directory's blocks hold these; one costs a block
+// before its first entry: see entryCost).
+func direntSize(name string) int64 { return 8 + (int64(len(name))+3)&^3 }
 
-// symlinkUsage is what a symlink with a target of n bytes costs a tmpfs.
-func symlinkUsage(n int64) int64 {
-	if n+1 > shortSymlink {
-		return pageSize
-	}
-	return 0
-}
+// entryCost is what an entry costs a quota besides its file data: a page,
+// whatever it is, and its name in its parent directory. The page is a
+// directory's first block, a long symlink's block, and for an empty file
+// or a short symlink (kept in ext4's inode table) the inode itself: so a
+// quota of Q bytes holds at most Q/4 KiB entries, and the bytes a tree is
+// charged bound the blocks it takes on the host's disk (issue #17: a
+// session charged for file data only held 96k inodes and 377 MiB of disk
+// under a 256 MiB quota). A regular file's data pages (fileUsage) count
+// towards its page.
+func entryCost(name string) int64 { return pageSize + direntSize(name) }
 
 // forExtents calls fn for each data extent [start, end) of the open
 // regular file fd below size, in order, skipping holes (SEEK_DATA,
@@ -68,7 +72,8 @@ func pages(start, end, done int64) (bytes, newDone int64) {
 }
 
 // fileUsage is what the open regular file fd of size bytes costs against
-// a quota: its data extents rounded out to whole pages, holes free.
+// a quota: its data extents rounded out to whole pages, holes free, and
+// at least a page (entryCost).
 func fileUsage(fd int, size int64) (int64, error) {
 	var used, done int64
 	err := forExtents(fd, size, func(start, end int64) error {
@@ -77,7 +82,7 @@ func fileUsage(fd int, size int64) (int64, error) {
 		used += n
 		return nil
 	})
-	return used, err
+	return max(used, pageSize), err
 }
 
 // info is what Save compares to tell what a run changed.
@@ -169,6 +174,16 @@ func (c *copier) copyEntry(src, dst int, rel, name string) error {
 		return fmt.Errorf("stat %s: %w", short(rel), err)
 	}
 	var err error
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR || st.Mode&unix.S_IFMT == unix.S_IFREG || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		// A file's page is its first page of data (copyData).
+		n := entryCost(name)
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			n = direntSize(name)
+		}
+		if err := c.charge(n, rel); err != nil {
+			return err
+		}
+	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		err = c.copyDir(src, dst, rel, name)
@@ -283,11 +298,19 @@ func (c *copier) copyData(src, dst int, size int64, rel string) error {
 	if c.buf == nil {
 		c.buf = make([]byte, 256<<10)
 	}
+	// The file's first page is charged whether it holds data or not
+	// (entryCost); each extent's pages beyond it as they are copied.
+	if err := c.charge(pageSize, rel); err != nil {
+		return err
+	}
+	charged := int64(pageSize)
 	var done int64
 	err := forExtents(src, size, func(start, end int64) error {
 		var n int64
 		n, done = pages(start, end, done)
-		if err := c.charge(n, rel); err != nil {
+		free := min(n, charged)
+		charged -= free
+		if err := c.charge(n-free, rel); err != nil {
 			return err
 		}
 		for off := start; off < end; {
@@ -337,9 +360,6 @@ func (c *copier) copySymlink(src, dst int, rel, name string, st *unix.Stat_t) er
 	}
 	if err != nil {
 		return fmt.Errorf("readlink %s: %w", short(rel), err)
-	}
-	if err := c.charge(symlinkUsage(int64(len(target))), rel); err != nil {
-		return err
 	}
 	// The target is copied as text; nothing here ever resolves it.
 	if err := unix.Symlinkat(target, dst, name); err != nil {

@@ -44,9 +44,9 @@ func tempDir(t testing.TB) string {
 	return dir
 }
 
-// owner is the uid and gid workspaces belong to in tests: sandboxID as
+// testOwner is the uid and gid workspaces belong to in tests: sandboxID as
 // root, the test's own ids otherwise (only root can chown to others).
-func owner() (uid, gid int) {
+func testOwner() (uid, gid int) {
 	if os.Geteuid() == 0 {
 		return sandboxID, sandboxID
 	}
@@ -84,7 +84,7 @@ func newStore(t testing.TB, opts Options) *Store {
 func newStoreIn(t testing.TB, dir string, opts Options) *Store {
 	t.Helper()
 	if opts.UID == 0 && opts.GID == 0 {
-		opts.UID, opts.GID = owner()
+		opts.UID, opts.GID = testOwner()
 	}
 	s, err := Open(filepath.Join(dir, "sessions"), opts)
 	if err != nil {
@@ -131,7 +131,7 @@ func workDir(t testing.TB, size int64) string {
 	if os.Geteuid() != 0 {
 		return dir
 	}
-	uid, gid := owner()
+	uid, gid := testOwner()
 	opts := "size=" + strconv.FormatInt(size, 10) + ",mode=0755,uid=" + strconv.Itoa(uid) + ",gid=" + strconv.Itoa(gid)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		t.Fatalf("mount tmpfs: %v", err)

@@ -3,6 +3,7 @@ package workspace
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -20,31 +21,64 @@ import (
 // Preconditions: the caller holds the session's Lock; dst is a path the
 // server made, not one from a client.
 func (ss *Session) Fill(dst string) error {
-	if err := ss.locked(); err != nil {
+	src, err := ss.Tree()
+	if err != nil {
 		return err
+	}
+	defer src.Close()
+	dfd, err := os.OpenFile(dst, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return ss.wrap(fmt.Errorf("fill /work: %w", err))
+	}
+	defer dfd.Close()
+	skipped, err := fillFrom(src, dfd, ss.store.opts.UID, ss.store.opts.GID)
+	if err != nil {
+		return fmt.Errorf("session %s: %w", ss.meta.ID, err)
+	}
+	if len(skipped) > 0 {
+		// Save and Write never store these; someone edited the store.
+		ss.store.log.Warn("workspace entries not copied to /work", "session_id", ss.meta.ID, "skipped", len(skipped))
+	}
+	return nil
+}
+
+// Tree opens the session's tree, for FillFrom in another process (the
+// fill helper that writes a run's /work from the run's cgroup: see
+// oci.InitFill).
+//
+// Preconditions: the caller holds the session's Lock until the tree is
+// filled and closed.
+func (ss *Session) Tree() (*os.File, error) {
+	if err := ss.locked(); err != nil {
+		return nil, err
 	}
 	root, err := ss.openRoot()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer unix.Close(root)
-	dfd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return ss.wrap(fmt.Errorf("fill /work: %w", err))
-	}
-	defer unix.Close(dfd)
-	c := &copier{uid: ss.store.opts.UID, gid: ss.store.opts.GID}
-	if err := c.copyTree(root, dfd, ""); err != nil {
+	return os.NewFile(uintptr(root), filesDir), nil
+}
+
+// FillFrom copies the tree src (a session's, from Session.Tree) into dst,
+// an empty directory, as Fill does; what it creates belongs to uid and
+// gid. A dst too small fails with ErrQuota. It holds no lock and reads
+// nothing of the store but src: the fill helper runs it.
+func FillFrom(src, dst *os.File, uid, gid int) error {
+	_, err := fillFrom(src, dst, uid, gid)
+	return err
+}
+
+// fillFrom is FillFrom; it also returns the entries it did not copy
+// (FIFOs, sockets, devices: nothing Save or Write stores).
+func fillFrom(src, dst *os.File, uid, gid int) ([]string, error) {
+	c := &copier{uid: uid, gid: gid}
+	if err := c.copyTree(int(src.Fd()), int(dst.Fd()), ""); err != nil {
 		if errors.Is(err, unix.ENOSPC) {
-			return fmt.Errorf("%w: session %s: the workspace does not fit in /work: %w", ErrQuota, ss.meta.ID, err)
+			return nil, fmt.Errorf("%w: the workspace does not fit in /work: %w", ErrQuota, err)
 		}
-		return ss.wrap(fmt.Errorf("fill /work: %w", err))
+		return nil, fmt.Errorf("fill /work: %w", err)
 	}
-	if len(c.skipped) > 0 {
-		// Save and Write never store these; someone edited the store.
-		ss.store.log.Warn("workspace entries not copied to /work", "session_id", ss.meta.ID, "skipped", len(c.skipped))
-	}
-	return nil
+	return c.skipped, nil
 }
 
 // Save replaces the workspace with the tree in src, the run's /work

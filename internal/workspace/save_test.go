@@ -90,7 +90,7 @@ func makeSparse(t *testing.T, p string, size, offset int64) {
 func TestFillSaveRoundTrip(t *testing.T) {
 	s := newStore(t, Options{})
 	ss := newSession(t, s)
-	uid, gid := owner()
+	uid, gid := testOwner()
 	work := workDir(t, 64<<20)
 	mustWrite(t, filepath.Join(work, "bin", "run.sh"), "#!/bin/sh\necho hi\n", 0o755)
 	mustWrite(t, filepath.Join(work, "data", "secret.txt"), "s3cret", 0o600)
@@ -166,10 +166,14 @@ func TestFillSaveRoundTrip(t *testing.T) {
 	if st := lstat(t, filepath.Join(tree, "sparse.bin")); st.Size != 32<<20 || st.Blocks*512 > 64<<10 {
 		t.Errorf("stored sparse file: size %d, %d bytes allocated; want 32 MiB, at most 64 KiB", st.Size, st.Blocks*512)
 	}
-	// run.sh, hard, secret.txt, f, sparse.bin (one page of data), long
-	// (a target over 127 bytes); empty and the short links cost nothing.
-	if u, err := ss.Usage(); err != nil || u != 6*pageSize {
-		t.Errorf("Usage = %d, %v; want %d", u, err, 6*pageSize)
+	// Every entry costs a page and its name (entryCost); no file holds
+	// more than a page of data (sparse.bin: one page amid holes).
+	var want int64
+	for p := range stored {
+		want += entryCost(filepath.Base(p))
+	}
+	if u, err := ss.Usage(); err != nil || u != want {
+		t.Errorf("Usage = %d, %v; want %d", u, err, want)
 	}
 
 	dst := workDir(t, 64<<20)
@@ -297,14 +301,14 @@ func mkdirDeep(t *testing.T, dir string, names []string) {
 }
 
 func TestSaveRefusals(t *testing.T) {
-	s := newStore(t, Options{Quota: 8 * pageSize, MaxEntries: 20})
+	s := newStore(t, Options{Quota: 32 * pageSize, MaxEntries: 20})
 	ss := newSession(t, s)
 	work := workDir(t, 16<<20)
 	mustWrite(t, filepath.Join(work, "keep.txt"), "precious", 0o644)
 	// A terabyte of holes around one page of data costs one page.
 	makeSparse(t, filepath.Join(work, "huge-sparse"), 1<<40, 1<<39)
 	if _, _, err := ss.Save(work); err != nil {
-		t.Fatalf("Save of a sparse terabyte with one page of data, quota 8 pages: %v", err)
+		t.Fatalf("Save of a sparse terabyte with one page of data, quota 32 pages: %v", err)
 	}
 	want := describeTree(t, treeDir(ss))
 
@@ -314,15 +318,15 @@ func TestSaveRefusals(t *testing.T) {
 		error error
 	}{
 		{"bytes", func(dir string) {
-			mustWrite(t, filepath.Join(dir, "big"), strings.Repeat("x", 8*pageSize+1), 0o644)
+			mustWrite(t, filepath.Join(dir, "big"), strings.Repeat("x", 32*pageSize+1), 0o644)
 		}, ErrQuota},
 		{"entries", func(dir string) {
 			for i := range 21 {
 				mustWrite(t, filepath.Join(dir, fmt.Sprint(i)), "", 0o644)
 			}
 		}, ErrQuota},
-		{"long symlinks", func(dir string) {
-			for i := range 9 {
+		{"symlinks", func(dir string) {
+			for i := range 33 { // a page each: past the bytes (and the entry cap)
 				mustSymlink(t, strings.Repeat("x", 200), filepath.Join(dir, fmt.Sprint(i)))
 			}
 		}, ErrQuota},

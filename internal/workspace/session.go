@@ -414,16 +414,56 @@ func (ss *Session) checkWrite(root int, p string, n int64) error {
 	} else if !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	newUse, _ := pages(0, n, 0)
+	dir, name := splitPath(p)
+	dirs, err := missingDirs(root, dir)
+	if err != nil {
+		return err
+	}
+	data, _ := pages(0, n, 0)
+	newUse := max(data, pageSize) + direntSize(name)
+	for _, d := range dirs {
+		newUse += entryCost(d)
+	}
 	if after := used - old + newUse; after > ss.meta.Quota {
 		return fmt.Errorf("%w: writing %s (%s) would bring the workspace to %s, over its quota of %s",
 			ErrQuota, short(p), formatBytes(n), formatBytes(after), formatBytes(ss.meta.Quota))
 	}
-	// At most one new entry per component (missing parents, the file).
-	if limit := ss.store.opts.MaxEntries; !exists && entries+1+strings.Count(p, "/") > limit {
+	added := len(dirs)
+	if !exists {
+		added++
+	}
+	if limit := ss.store.opts.MaxEntries; entries+added > limit {
 		return fmt.Errorf("%w: the workspace holds %d entries, the cap is %d", ErrQuota, entries, limit)
 	}
 	return nil
+}
+
+// missingDirs lists the names of the components of the clean directory
+// path dir ("." for the root) that do not exist beneath root: the
+// directories a Write would create. It creates nothing; a component that
+// exists but is not a directory is left to mkdirAll's error.
+func missingDirs(root int, dir string) ([]string, error) {
+	if dir == "." {
+		return nil, nil
+	}
+	names := strings.Split(dir, "/")
+	fd, err := openDir(root, ".")
+	if err != nil {
+		return nil, err
+	}
+	for i, name := range names {
+		next, err := openDir(fd, name)
+		unix.Close(fd)
+		if err == unix.ENOENT {
+			return names[i:], nil
+		}
+		if err != nil {
+			return nil, nil // not a directory, or a symlink: mkdirAll says so
+		}
+		fd = next
+	}
+	unix.Close(fd)
+	return nil, nil
 }
 
 // mkdirAll opens the directory dir beneath root, creating what is
@@ -594,18 +634,16 @@ func usage(root int) (used int64, entries int, err error) {
 // entryUsage is what the entry name in dirfd (described by st) costs
 // against the quota.
 func entryUsage(dirfd int, name string, st *unix.Stat_t) (int64, error) {
-	switch typeName(st) {
-	case "file":
-		fd, err := openRegular(dirfd, name, st)
-		if err != nil {
-			return 0, err
-		}
-		defer unix.Close(fd)
-		return fileUsage(fd, st.Size)
-	case "symlink":
-		return symlinkUsage(st.Size), nil
+	if typeName(st) != "file" {
+		return entryCost(name), nil
 	}
-	return 0, nil
+	fd, err := openRegular(dirfd, name, st)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	n, err := fileUsage(fd, st.Size)
+	return n + direntSize(name), err
 }
 
 // Describe returns one line naming what path holds, for a confirmation

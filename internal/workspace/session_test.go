@@ -53,7 +53,7 @@ func TestCleanPath(t *testing.T) {
 func TestWriteReadStat(t *testing.T) {
 	s := newStore(t, Options{})
 	ss := newSession(t, s)
-	uid, gid := owner()
+	uid, gid := testOwner()
 	e, err := ss.Write("/work/src/main.py", []byte("print('hi')\n"), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +363,8 @@ func TestDescribe(t *testing.T) {
 }
 
 func TestQuota(t *testing.T) {
-	s := newStore(t, Options{Quota: 5 * pageSize, MaxEntries: 8})
+	// Five pages, and room for the names of a few entries (direntSize).
+	s := newStore(t, Options{Quota: 5*pageSize + 64, MaxEntries: 8})
 	ss := newSession(t, s)
 	if _, err := ss.Write("a", make([]byte, 3*pageSize), 0); err != nil {
 		t.Fatal(err)
@@ -371,11 +372,11 @@ func TestQuota(t *testing.T) {
 	if _, err := ss.Write("b", []byte("x"), 0); err != nil { // one page
 		t.Fatal(err)
 	}
-	if u, err := ss.Usage(); err != nil || u != 4*pageSize {
-		t.Errorf("Usage: %d, %v; want %d", u, err, 4*pageSize)
+	if u, err := ss.Usage(); err != nil || u != 4*pageSize+2*direntSize("a") {
+		t.Errorf("Usage: %d, %v; want %d", u, err, 4*pageSize+2*direntSize("a"))
 	}
-	if _, err := ss.Write("new/dir/c", make([]byte, pageSize+1), 0); !errors.Is(err, ErrQuota) {
-		t.Errorf("Write past the quota: got %v, want ErrQuota", err)
+	if _, err := ss.Write("new/dir/c", make([]byte, 1), 0); !errors.Is(err, ErrQuota) {
+		t.Errorf("Write of one page under two new directories at 4 of 5 pages: got %v, want ErrQuota", err)
 	}
 	if _, err := ss.Stat("new"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a refused Write left a directory behind: %v", err)
@@ -390,13 +391,21 @@ func TestQuota(t *testing.T) {
 	if data, _, _ := ss.Read("a", 0, 0); len(data) != 4*pageSize {
 		t.Errorf("a refused Write changed the file: %d bytes", len(data))
 	}
-	// The entry cap: 2 entries now, 8 allowed.
-	for i := range 6 {
+	// An empty file costs a page too (its inode).
+	if _, err := ss.Write("empty", nil, 0); !errors.Is(err, ErrQuota) {
+		t.Errorf("Write of an empty file at 5 of 5 pages: got %v, want ErrQuota", err)
+	}
+}
+
+func TestEntryCap(t *testing.T) {
+	s := newStore(t, Options{Quota: 64 * pageSize, MaxEntries: 8})
+	ss := newSession(t, s)
+	for i := range 8 {
 		if _, err := ss.Write(fmt.Sprintf("e%d", i), nil, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := ss.Write("e6", nil, 0); !errors.Is(err, ErrQuota) {
+	if _, err := ss.Write("e8", nil, 0); !errors.Is(err, ErrQuota) {
 		t.Errorf("Write past the entry cap: got %v, want ErrQuota", err)
 	}
 	if _, err := ss.Write("e0", nil, 0o600); err != nil {

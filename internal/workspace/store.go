@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,13 +17,18 @@ import (
 	"unicode"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/internal/owner"
 )
 
 // Defaults for the zero values of Options.
 const (
-	DefaultQuota      = 256 << 20
-	DefaultTTL        = 24 * time.Hour
-	DefaultMaxEntries = 100000
+	DefaultQuota        = 256 << 20
+	DefaultTTL          = 24 * time.Hour
+	DefaultMaxTTL       = 7 * 24 * time.Hour
+	DefaultMaxEntries   = 100000
+	DefaultMaxSessions  = 256
+	DefaultMaxPerClient = 32
 )
 
 // Names inside the store. Only names starting with one of the temporary
@@ -51,7 +57,18 @@ type Options struct {
 	Quota int64
 
 	// TTL is a new session's default idle expiry. Zero: DefaultTTL.
-	TTL time.Duration
+	// MaxTTL is the longest a client may ask for (a longer one is
+	// clamped to it). Zero: DefaultMaxTTL; TTL must not be longer.
+	TTL    time.Duration
+	MaxTTL time.Duration
+
+	// MaxSessions caps the sessions of the store, MaxPerClient those that
+	// one client (CreateFor's client) made and that live. Together with
+	// Quota they bound the host disk the store can take: MaxSessions x
+	// Quota bytes, MaxSessions x Quota/4 KiB inodes. Zero:
+	// DefaultMaxSessions, DefaultMaxPerClient.
+	MaxSessions  int
+	MaxPerClient int
 
 	// MaxEntries caps the entries of a workspace tree: Save refuses a
 	// /work holding more, Write refuses a file beyond it. Zero:
@@ -102,8 +119,13 @@ type Store struct {
 	log  *slog.Logger
 	now  func() time.Time
 
-	mu     sync.Mutex        // guards states
+	mu     sync.Mutex        // guards states and clients
 	states map[string]*state // sessions handed out by Get
+	// clients maps a client (CreateFor) to the ids it created in this
+	// process; ids that are gone are dropped when the client is counted.
+	clients map[string]map[string]bool
+
+	createMu sync.Mutex // one Create at a time: the session count holds
 }
 
 // state is what the Sessions of one id share.
@@ -131,6 +153,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: workspace TTL %v is negative", ErrInvalid, opts.TTL)
 	case opts.MaxEntries < 0:
 		return nil, fmt.Errorf("%w: workspace entry cap %d is negative", ErrInvalid, opts.MaxEntries)
+	case opts.MaxTTL < 0 || opts.MaxSessions < 0 || opts.MaxPerClient < 0:
+		return nil, fmt.Errorf("%w: negative session bound (max TTL %v, max sessions %d, per client %d)", ErrInvalid, opts.MaxTTL, opts.MaxSessions, opts.MaxPerClient)
 	}
 	if opts.Quota == 0 {
 		opts.Quota = DefaultQuota
@@ -141,7 +165,19 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.MaxEntries == 0 {
 		opts.MaxEntries = DefaultMaxEntries
 	}
-	s := &Store{opts: opts, log: opts.Logger, now: opts.Now, states: map[string]*state{}}
+	if opts.MaxTTL == 0 {
+		opts.MaxTTL = max(DefaultMaxTTL, opts.TTL)
+	}
+	if opts.TTL > opts.MaxTTL {
+		return nil, fmt.Errorf("%w: session TTL %v is longer than the maximum %v", ErrInvalid, opts.TTL, opts.MaxTTL)
+	}
+	if opts.MaxSessions == 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.MaxPerClient == 0 {
+		opts.MaxPerClient = DefaultMaxPerClient
+	}
+	s := &Store{opts: opts, log: opts.Logger, now: opts.Now, states: map[string]*state{}, clients: map[string]map[string]bool{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -221,6 +257,11 @@ func (s *Store) recover() error {
 }
 
 func (s *Store) removeLeftover(dirfd int, name, what string) {
+	if tempOwnerLives(name) {
+		// Another server on this store is in the middle of it.
+		s.log.Debug("workspace temporary of a live process left alone", "path", what)
+		return
+	}
 	if err := removeAt(dirfd, name); err != nil {
 		s.log.Warn("workspace leftover not removed", "path", what, "error", err)
 		return
@@ -254,18 +295,135 @@ func checkID(id string) error {
 }
 
 // tmpName returns prefix followed by a random suffix.
-func tmpName(prefix string) string { return prefix + strings.ToLower(rand.Text()[:10]) }
+// The suffix names this process (internal/owner) before the random part:
+// "files.new-4242.98765.4026531836_k3xq...". Two servers may share a
+// sessions directory (two stdio servers of one user, a server and its
+// restart); Open removes a temporary only if its maker is provably dead
+// (issue #17: each start removed the other's saves in flight).
+func tmpName(prefix string) string {
+	tok := "0"
+	if t, err := owner.Self(); err == nil {
+		tok = t.String()
+	}
+	return prefix + tok + "_" + strings.ToLower(rand.Text()[:10])
+}
+
+// tempOwnerLives reports whether the temporary name was made by a
+// process that is (or may be) alive: its token (tmpName) does not prove
+// it dead. A name without a token (an older sandcell's) has no owner to
+// wait for.
+func tempOwnerLives(name string) bool {
+	suffix := name[strings.LastIndexByte(name, '-')+1:]
+	tok, _, found := strings.Cut(suffix, "_")
+	if !found {
+		return false
+	}
+	t, ok := owner.Parse(tok)
+	return ok && !t.Dead()
+}
 
 // Create creates a session with an empty workspace. language is recorded
 // as given (a short label); ttl is its idle expiry, 0 for the store's
-// default.
+// default, and at most Options.MaxTTL (a longer one is clamped: Meta.TTL
+// says what the session got). It fails with ErrTooMany when the store
+// holds Options.MaxSessions sessions (after removing the expired ones).
 func (s *Store) Create(language string, ttl time.Duration) (Meta, error) {
-	return s.CreateIn(language, "", ttl)
+	return s.CreateFor("", language, "", ttl)
 }
 
-// CreateIn is Create for a session whose runs are in the imported image
-// (Meta.Image; "" : none).
-func (s *Store) CreateIn(language, image string, ttl time.Duration) (Meta, error) {
+// CreateFor is Create for a client, of a session whose runs are in the
+// imported image (Meta.Image; "": none). client is a name for whoever
+// asks (an MCP connection), of which at most Options.MaxPerClient
+// sessions may live at once; "" is no one in particular (only the store's
+// cap applies).
+func (s *Store) CreateFor(client, language, image string, ttl time.Duration) (Meta, error) {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	if err := s.admit(client); err != nil {
+		return Meta{}, err
+	}
+	m, err := s.create(language, image, ttl)
+	if err == nil && client != "" {
+		s.mu.Lock()
+		if s.clients[client] == nil {
+			s.clients[client] = map[string]bool{}
+		}
+		s.clients[client][m.ID] = true
+		s.mu.Unlock()
+	}
+	return m, err
+}
+
+// admit refuses a new session past the store's cap or the client's.
+//
+// Preconditions: s.createMu is held.
+func (s *Store) admit(client string) error {
+	if client != "" {
+		n := s.liveOf(client)
+		if n >= s.opts.MaxPerClient {
+			return fmt.Errorf("%w: this client has %d sessions, the most one client may have at once: close one (close_session) first", ErrTooMany, n)
+		}
+	}
+	n, err := s.count()
+	if err == nil && n >= s.opts.MaxSessions {
+		if _, err := s.Expire(); err != nil {
+			s.log.Warn("workspace expiry failed", "error", err)
+		}
+		n, err = s.count()
+	}
+	if err != nil {
+		return err
+	}
+	if n >= s.opts.MaxSessions {
+		return fmt.Errorf("%w: the server holds %d sessions, its most: close one (close_session) or wait until idle ones expire", ErrTooMany, n)
+	}
+	return nil
+}
+
+// count is the number of sessions in the store.
+func (s *Store) count() (int, error) {
+	fd, err := s.openStore()
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	names, err := readNames(fd, -1)
+	if err != nil {
+		return 0, fmt.Errorf("workspace store: %w", err)
+	}
+	n := 0
+	for _, name := range names {
+		if validID(name) && !s.removing(name) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// liveOf counts the sessions of client that still exist, forgetting the
+// others.
+func (s *Store) liveOf(client string) int {
+	s.mu.Lock()
+	ids := slices.Collect(maps.Keys(s.clients[client]))
+	s.mu.Unlock()
+	live := 0
+	for _, id := range ids {
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join(s.dir, id), &st) == nil && !s.removing(id) {
+			live++
+			continue
+		}
+		s.mu.Lock()
+		delete(s.clients[client], id)
+		if len(s.clients[client]) == 0 {
+			delete(s.clients, client)
+		}
+		s.mu.Unlock()
+	}
+	return live
+}
+
+func (s *Store) create(language, image string, ttl time.Duration) (Meta, error) {
 	if badName(image, 128) {
 		return Meta{}, fmt.Errorf("%w: image %s", ErrInvalid, short(image))
 	}
@@ -277,6 +435,10 @@ func (s *Store) CreateIn(language, image string, ttl time.Duration) (Meta, error
 	}
 	if ttl == 0 {
 		ttl = s.opts.TTL
+	}
+	if ttl > s.opts.MaxTTL {
+		s.log.Info("session TTL clamped to the maximum", "asked", ttl, "max", s.opts.MaxTTL)
+		ttl = s.opts.MaxTTL
 	}
 	now := s.now().Round(0)
 	m := Meta{ID: newID(), Language: language, Image: image, Created: now, LastUsed: now, TTL: ttl, Quota: s.opts.Quota}

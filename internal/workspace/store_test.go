@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandcell/sandcell/internal/owner"
 )
 
 func TestCreateGetListRemove(t *testing.T) {
@@ -36,7 +39,7 @@ func TestCreateGetListRemove(t *testing.T) {
 		t.Fatal("two sessions got the same id")
 	}
 	// Sessions and their trees: 0700 root's above, the sandbox user's below.
-	uid, gid := owner()
+	uid, gid := testOwner()
 	if st := lstat(t, filepath.Join(s.Dir(), a.ID)); st.Mode&0o777 != 0o700 {
 		t.Errorf("session directory mode %o, want 0700", st.Mode&0o777)
 	}
@@ -428,5 +431,87 @@ func TestCrashRecovery(t *testing.T) {
 	data, _, err := ss2.Read("keep/a.txt", 0, 0)
 	if err != nil || string(data) != "precious" {
 		t.Errorf("file after recovery: %q, %v", data, err)
+	}
+}
+
+// TestSessionCaps (issue #17): sessions were unbounded (200 extra were
+// accepted from one client) and a client's ttl had no maximum.
+func TestSessionCaps(t *testing.T) {
+	clk := newClock()
+	s := newStore(t, Options{Now: clk.Now, MaxSessions: 3, MaxPerClient: 2, TTL: time.Hour, MaxTTL: 2 * time.Hour})
+	var a []Meta
+	for range 2 {
+		m, err := s.CreateFor("client-a", "python", "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a = append(a, m)
+	}
+	if _, err := s.CreateFor("client-a", "python", "", 0); !errors.Is(err, ErrTooMany) {
+		t.Errorf("a client's third session with 2 per client: %v, want ErrTooMany", err)
+	}
+	if _, err := s.CreateFor("client-b", "python", "", 0); err != nil {
+		t.Fatalf("another client's first session: %v", err)
+	}
+	if _, err := s.Create("python", 0); !errors.Is(err, ErrTooMany) {
+		t.Errorf("a fourth session with 3 in all: %v, want ErrTooMany", err)
+	}
+	// A closed session frees its client's place and the store's.
+	if err := s.Remove(a[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateFor("client-a", "python", "", 0); err != nil {
+		t.Errorf("a client's session after it closed one: %v", err)
+	}
+	// Expired sessions make room: the store expires them when full.
+	clk.Add(3 * time.Hour)
+	m, err := s.CreateFor("client-c", "python", "", 10*time.Hour)
+	if err != nil {
+		t.Fatalf("a session once the others expired: %v", err)
+	}
+	if m.TTL != 2*time.Hour {
+		t.Errorf("ttl of 10h with a 2h maximum: got %v, want 2h", m.TTL)
+	}
+	if _, err := Open(t.TempDir(), Options{TTL: 3 * time.Hour, MaxTTL: time.Hour}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Open with a default TTL over the maximum: %v, want ErrInvalid", err)
+	}
+}
+
+// TestRecoverSparesLiveServers (issue #17): two servers may share a
+// sessions directory; opening the store removes a temporary (a save in
+// flight, a session being made) only if the process that made it is dead.
+func TestRecoverSparesLiveServers(t *testing.T) {
+	dir := tempDir(t)
+	s := newStoreIn(t, dir, Options{})
+	m, err := s.Create("python", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessDir := filepath.Join(s.Dir(), m.ID)
+	// This process's own temporaries stand for another live server's.
+	live := filepath.Join(sessDir, tmpName(newTreeTmp))
+	liveCreate := filepath.Join(s.Dir(), tmpName(createTmp+m.ID+"-"))
+	// A dead process's (a reaped child's token) and an older sandcell's.
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	self, _ := owner.Self()
+	deadTok := owner.Token{PID: cmd.Process.Pid, Start: 1, PIDNS: self.PIDNS}
+	dead := filepath.Join(sessDir, newTreeTmp+deadTok.String()+"_abcdefghij")
+	old := filepath.Join(sessDir, newTreeTmp+"abcdefghij")
+	for _, d := range []string{live, liveCreate, dead, old} {
+		mustWrite(t, filepath.Join(d, "f"), "x", 0o644)
+	}
+	newStoreIn(t, dir, Options{})
+	for _, d := range []string{live, liveCreate} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("a live process's temporary %s was removed: %v", filepath.Base(d), err)
+		}
+	}
+	for _, d := range []string{dead, old} {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("a dead process's temporary %s was left", filepath.Base(d))
+		}
 	}
 }

@@ -3,7 +3,7 @@
 # /work and /dev/shm are nodev) must fail, and so must opening host devices
 # (memory, disks, kernel log, ports, kvm, tun, fuse).
 echo "dev: $(ls /dev | tr '\n' ' ')"
-for n in "mem c 1 1" "kmem c 1 2" "port c 1 4" "sda b 8 0" "vda b 254 0" "kmsg c 1 11"; do
+for n in "mem c 1 1" "kmem c 1 2" "port c 1 4" "sda b 8 0" "vda b 254 0" "kmsg c 1 11" "tun c 10 200" "fuse c 10 229"; do
   set -- $n
   made=""
   for d in /tmp /work /dev/shm /dev; do
@@ -24,4 +24,12 @@ fi
 for f in /dev/mem /dev/kmem /dev/port /dev/kmsg /dev/sda /dev/vda /dev/nvme0n1 /dev/kvm /dev/loop0 /dev/vsock /dev/vhost-vsock; do
   if head -c 1 "$f" >/dev/null 2>&1; then echo "read $f ESCAPED"; fi
 done
+# gVisor's /dev adds its TUN and FUSE devices: TUN must not be there (an
+# empty read-only tmpfs covers /dev/net); FUSE is inert (no mount(2)).
+if [ -e /dev/net/tun ]; then
+  if (exec 3<>/dev/net/tun) 2>/dev/null; then echo "tun opens"; else echo "tun present, does not open"; fi
+else
+  echo "tun absent"
+fi
+if [ -e /dev/fuse ]; then echo "fuse present"; else echo "fuse absent"; fi
 echo "devices done"
