@@ -50,6 +50,11 @@ type LibcontainerConfig struct {
 	SingleID bool
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
+	// ForkServer starts each container's init through sandcell's fork
+	// server (forkserver_linux.go) instead of libcontainer's re-exec of
+	// this binary, wherever the config allows: the same config, a few
+	// milliseconds instead of tens.
+	ForkServer bool
 }
 
 // Libcontainer runs each request in a fresh container through runc's
@@ -66,6 +71,8 @@ type Libcontainer struct {
 
 	mu   sync.Mutex
 	live map[string]Container
+
+	fork *forkServer // nil: every init is libcontainer's
 }
 
 const (
@@ -113,6 +120,9 @@ func NewLibcontainer(cfg LibcontainerConfig) (*Libcontainer, error) {
 		return nil, fmt.Errorf("%w: lock %s: %w", ErrRuntime, r.dir, err)
 	}
 	r.lock = lock
+	if cfg.ForkServer {
+		r.fork = newForkServer(r.log, cfg.Seccomp)
+	}
 	return r, nil
 }
 
@@ -150,6 +160,7 @@ func (r *Libcontainer) Close() error {
 	for _, c := range live {
 		_ = c.Destroy()
 	}
+	r.fork.close()
 	err := os.RemoveAll(r.dir)
 	r.lock.Close()
 	return err
@@ -237,11 +248,6 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	if err != nil {
 		return nil, err
 	}
-	lc, err := libcontainer.Create(r.stateRoot(), id, config)
-	if err != nil {
-		return nil, fmt.Errorf("%w: create container: %w", ErrRuntime, err)
-	}
-	c.lc = lc
 	yes := true
 	p := &libcontainer.Process{
 		Args:            spec.Process.Args,
@@ -264,18 +270,18 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 			return nil, err
 		}
 	}
-	err = lc.Start(p)
+	init, err := r.startInit(ctx, id, config, p, spec)
 	run.childStarted()
 	if pre != nil {
 		pre.started()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: start container init: %w", ErrRuntime, err)
+		return nil, err
 	}
-	c.proc = p
+	c.init = init
 	go c.reap()
 	if req.Egress != "" {
-		pid, err := p.Pid()
+		pid, err := init.pid()
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
 		}
@@ -289,11 +295,32 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 		// in a fresh run (Start), the CPU time counted from here on is
 		// the program's.
 		c.cpuBase = c.usage().CPUTime
-		if err := lc.Exec(); err != nil {
+		if err := init.exec(); err != nil {
 			return nil, fmt.Errorf("%w: start pooled init: %w", ErrRuntime, err)
 		}
 	}
 	return c, nil
+}
+
+// startInit starts the container's init, waiting for exec: through the
+// fork server when it can start this config, else through libcontainer.
+func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec) (initProc, error) {
+	if r.fork != nil {
+		init, err := r.fork.start(ctx, id, config, p, spec, r.cfg.Cgroups)
+		if !errors.Is(err, errForkUnsupported) {
+			return init, err
+		}
+		r.log.Debug("fork server cannot start this container; libcontainer does", "container_id", id, "why", err)
+	}
+	lc, err := libcontainer.Create(r.stateRoot(), id, config)
+	if err != nil {
+		return nil, fmt.Errorf("%w: create container: %w", ErrRuntime, err)
+	}
+	if err := lc.Start(p); err != nil {
+		_ = lc.Destroy()
+		return nil, fmt.Errorf("%w: start container init: %w", ErrRuntime, err)
+	}
+	return &lcInit{lc: lc, proc: p}, nil
 }
 
 // newID names a new container: the instance, then a sequence number.
@@ -319,12 +346,11 @@ func (r *Libcontainer) unregister(id string) {
 type lcContainer struct {
 	*run
 	rt      *Libcontainer
-	lc      *libcontainer.Container
-	proc    *libcontainer.Process
-	ps      *os.ProcessState // set before run.exited is closed
-	egress  *egressBridge    // network mode egress; nil in mode none
-	cpuBase time.Duration    // cgroup CPU time used before the program ran
-	pre     *prestart        // set for a container of a pool
+	init    initProc        // nil until started, and after Destroy
+	rusage  *syscall.Rusage // init's, set before run.exited is closed
+	egress  *egressBridge   // network mode egress; nil in mode none
+	cpuBase time.Duration   // cgroup CPU time used before the program ran
+	pre     *prestart       // set for a container of a pool
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -333,20 +359,17 @@ type lcContainer struct {
 func (c *lcContainer) ID() string { return c.id }
 
 func (c *lcContainer) reap() {
-	ps, err := c.proc.Wait()
-	c.ps = ps
-	ws := syscall.WaitStatus(128 << 8) // exit 128 when wait itself failed
-	if ps != nil {
-		ws = ps.Sys().(syscall.WaitStatus)
-	} else {
+	ws, ru, err := c.init.wait()
+	if err != nil {
 		c.rt.log.Error("wait for container init", "container_id", c.id, "err", err)
 	}
+	c.rusage = ru
 	c.exitedWith(ws)
 }
 
 // Start lets the program run: it releases init from libcontainer's exec fifo.
 func (c *lcContainer) Start(ctx context.Context) error {
-	if c.lc == nil {
+	if c.init == nil {
 		return ErrDestroyed
 	}
 	if err := ctx.Err(); err != nil {
@@ -363,7 +386,7 @@ func (c *lcContainer) Start(ctx context.Context) error {
 	// reports the program's CPU time only.
 	c.cpuBase = c.usage().CPUTime
 	c.begin()
-	if err := c.lc.Exec(); err != nil {
+	if err := c.init.exec(); err != nil {
 		return fmt.Errorf("%w: start program: %w", ErrRuntime, err)
 	}
 	return nil
@@ -379,8 +402,8 @@ func (c *lcContainer) Wait(ctx context.Context) api.Phase {
 // run has no cgroup (then only the init process is counted).
 func (c *lcContainer) usage() limits.Usage {
 	if c.rt.cfg.Cgroups != nil {
-		if st, err := c.lc.State(); err == nil {
-			u, err := limits.ReadUsage(c.rt.cfg.CgroupMode, st.CgroupPaths)
+		if paths, err := c.init.cgroupPaths(); err == nil {
+			u, err := limits.ReadUsage(c.rt.cfg.CgroupMode, paths)
 			if err == nil {
 				return u
 			}
@@ -390,11 +413,9 @@ func (c *lcContainer) usage() limits.Usage {
 	var u limits.Usage
 	select {
 	case <-c.exited:
-		if c.ps != nil {
-			if ru, ok := c.ps.SysUsage().(*syscall.Rusage); ok {
-				u.CPUTime = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-				u.MemoryPeakBytes = uint64(ru.Maxrss) * 1024
-			}
+		if ru := c.rusage; ru != nil {
+			u.CPUTime = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			u.MemoryPeakBytes = uint64(ru.Maxrss) * 1024
 		}
 	default:
 	}
@@ -404,10 +425,10 @@ func (c *lcContainer) usage() limits.Usage {
 // kill ends every process of the run: SIGKILL to init, whose death makes
 // the kernel kill the rest of its pid namespace.
 func (c *lcContainer) kill() {
-	if c.lc == nil {
+	if c.init == nil {
 		return
 	}
-	if err := c.lc.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+	if err := c.init.kill(); err != nil {
 		c.rt.log.Debug("kill container", "container_id", c.id, "err", err)
 	}
 }
@@ -424,20 +445,18 @@ func (c *lcContainer) destroy() error {
 	if c.egress != nil {
 		c.egress.Close()
 	}
-	if c.lc != nil {
+	if c.init != nil {
 		c.kill()
-		if c.proc != nil {
-			select {
-			case <-c.exited:
-			case <-time.After(5 * time.Second):
-				errs = append(errs, fmt.Errorf("container %s: init not reaped after SIGKILL", c.id))
-			}
+		select {
+		case <-c.exited:
+		case <-time.After(5 * time.Second):
+			errs = append(errs, fmt.Errorf("container %s: init not reaped after SIGKILL", c.id))
 		}
 		c.drain()
-		if err := c.lc.Destroy(); err != nil {
-			errs = append(errs, fmt.Errorf("destroy container %s: %w", c.id, err))
+		if err := c.init.destroy(); err != nil {
+			errs = append(errs, err)
 		}
-		c.lc = nil
+		c.init = nil
 	}
 	if c.rt.cfg.Cgroups != nil {
 		if err := c.rt.cfg.Cgroups.RemoveChild(c.id); err != nil {

@@ -1,0 +1,309 @@
+package oci_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
+)
+
+// observation is what one run of testdata/probes/observe.py saw, and what
+// the test saw of the run from outside while it slept.
+type observation struct {
+	inside  map[string]any    // the probe's JSON
+	cgroup  map[string]string // the run's cgroup settings, by file
+	filter  []byte            // the loaded seccomp program (PTRACE_SECCOMP_GET_FILTER)
+	hierarc []string          // the v1 hierarchies the run has a directory in
+}
+
+// observe runs the probe in rt and looks at it from outside while it
+// sleeps: cgroup settings, seccomp program, cgroup hierarchies.
+func (e *testEnv) observe(t *testing.T, rt oci.Runtime, mod func(*oci.Request)) observation {
+	t.Helper()
+	probe, err := os.ReadFile("../testdata/probes/observe.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := newRequest(t, "python", string(probe), limits.Set{})
+	req.Args = append(req.Args, "1.5")
+	req.Env = []string{"PROBE_A=1", "PATH=/usr/bin:/bin", "PROBE_A=2", "HOME=/work"}
+	if mod != nil {
+		mod(req)
+	}
+	ctx := context.Background()
+	c, err := rt.Prepare(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Destroy()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var o observation
+	dirs := e.runDirs(c.ID())
+	for h := range dirs {
+		o.hierarc = append(o.hierarc, h)
+	}
+	sort.Strings(o.hierarc)
+	pid := e.waitPid(t, dirs)
+	if pid > 0 {
+		o.cgroup = cgroupSettings(t, e.mode, dirs)
+		o.filter = loadedFilter(t, pid)
+	}
+	res := c.Wait(ctx)
+	if res.Status != api.StatusOK {
+		t.Fatalf("probe: %s exit %d %s\n%s", res.Status, res.ExitCode, res.Message, res.Stderr)
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &o.inside); err != nil {
+		t.Fatalf("probe output: %v\n%s", err, res.Stdout)
+	}
+	return o
+}
+
+// runDirs are the run's cgroup directories by hierarchy ("" on v2).
+func (e *testEnv) runDirs(id string) map[string]string {
+	out := map[string]string{}
+	if e.mode == limits.Unified {
+		out[""] = filepath.Join("/sys/fs/cgroup", e.cgPath, id)
+		return out
+	}
+	ents, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, h := range ents {
+		d := filepath.Join("/sys/fs/cgroup", h.Name(), e.cgPath, id)
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			out[h.Name()] = d
+		}
+	}
+	return out
+}
+
+// waitPid returns the run's pid once it runs the probe (python3) and
+// sleeps: its observations are made.
+func (e *testEnv) waitPid(t *testing.T, dirs map[string]string) int {
+	t.Helper()
+	dir := dirs["memory"]
+	if e.mode == limits.Unified {
+		dir = dirs[""]
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		f := strings.Fields(string(b))
+		if len(f) != 1 {
+			continue
+		}
+		comm, _ := os.ReadFile("/proc/" + f[0] + "/comm")
+		st, _ := os.ReadFile("/proc/" + f[0] + "/stat")
+		if strings.TrimSpace(string(comm)) == "python3" && bytes.Contains(st, []byte(") S ")) {
+			time.Sleep(200 * time.Millisecond) // past its last observation, asleep
+			pid, _ := strconv.Atoi(f[0])
+			return pid
+		}
+	}
+	t.Fatalf("no probe asleep in %s", dir)
+	return 0
+}
+
+// counters are the files of a cgroup that count what the run does rather
+// than set what it may do.
+var counters = []string{"usage", "stat", "events", "procs", "tasks", "failcnt", "current", "peak",
+	"pressure", "numa", "cgroup.controllers", "cgroup.subtree_control", "cgroup.type", "cgroup.freeze",
+	"cgroup.kill", "cgroup.clone_children", "notify_on_release", "force_empty", "pressure_level",
+	"memory.kmem.slabinfo", "cgroup.event_control", "cgroup.max"}
+
+// cgroupSettings reads every setting file of the run's memory, pids and
+// cpu cgroups (the v2 cgroup): what the kernel enforces on the run.
+func cgroupSettings(t *testing.T, mode limits.Mode, dirs map[string]string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, h := range []string{"", "memory", "pids", "cpu", "cpuacct"} {
+		d, ok := dirs[h]
+		if !ok {
+			continue
+		}
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range ents {
+			if f.IsDir() || slices.ContainsFunc(counters, func(c string) bool { return strings.Contains(f.Name(), c) }) {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(d, f.Name()))
+			if err != nil {
+				continue // write-only
+			}
+			out[h+"/"+f.Name()] = strings.TrimSpace(string(b))
+		}
+	}
+	return out
+}
+
+// loadedFilter reads the seccomp program loaded in process pid, through a
+// helper process (this test binary, see init): a ptrace stop is reported
+// to every thread of the tracer's process, and this one's reaper would
+// take it.
+func loadedFilter(t *testing.T, pid int) []byte {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), filterOfEnv+"="+strconv.Itoa(pid))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("read the seccomp program of %d: %v: %s", pid, err, stderr.String())
+	}
+	return out
+}
+
+// filterOfEnv set to a pid makes this test binary print that process's
+// seccomp program (PTRACE_SECCOMP_GET_FILTER) and exit.
+const filterOfEnv = "SANDCELL_TEST_SECCOMP_OF"
+
+func printFilterOf(pidArg string) {
+	pid, err := strconv.Atoi(pidArg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	runtime.LockOSThread()
+	const seize, interrupt, getFilter = 0x4206, 0x4207, 0x420c
+	ptrace := func(req, addr uintptr, data unsafe.Pointer) uintptr {
+		r, _, e := unix.Syscall6(unix.SYS_PTRACE, req, uintptr(pid), addr, uintptr(data), 0, 0)
+		if e != 0 {
+			fmt.Fprintf(os.Stderr, "ptrace %#x %d: %v\n", req, pid, e)
+			os.Exit(1)
+		}
+		return r
+	}
+	ptrace(seize, 0, nil)
+	ptrace(interrupt, 0, nil)
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "wait:", err)
+		os.Exit(1)
+	}
+	n := ptrace(getFilter, 0, nil)
+	prog := make([]unix.SockFilter, n)
+	ptrace(getFilter, 0, unsafe.Pointer(&prog[0]))
+	_ = unix.PtraceDetach(pid)
+	os.Stdout.Write(unsafe.Slice((*byte)(unsafe.Pointer(&prog[0])), int(n)*int(unsafe.Sizeof(prog[0]))))
+	os.Exit(0)
+}
+
+// TestForkServerEquivalence: a program started by the fork server sees
+// what it sees when libcontainer starts it from the same spec, field by
+// field (testdata/probes/observe.py: identity, capabilities, seccomp,
+// no_new_privs, namespaces, rlimits, mounts and their options, /dev, /proc
+// masks, fds, environment and its order, signal state, scheduling, prctl
+// flags, keyring, cgroup view, network), and from outside: the same
+// seccomp program loaded byte for byte, the same cgroup limits. The one
+// difference by design: the fork server's run has cgroup directories only
+// in the controllers it needs.
+func TestForkServerEquivalence(t *testing.T) {
+	e := newTestEnv(t)
+	fork := e.newRuntimeWith(t, true)
+	defer fork.Close()
+	for _, v := range []struct {
+		name string
+		mod  func(*oci.Request)
+	}{
+		{"defaults", nil},
+		{"stdin and limits", func(r *oci.Request) {
+			r.Stdin = []byte("input")
+			r.Limits.Pids, r.Limits.OpenFiles, r.Limits.CPUs = 17, 99, 0.5
+			r.Cwd = "/tmp/sub/dir"
+		}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			lc := e.observe(t, e.rt, v.mod)
+			fs := e.observe(t, fork, v.mod)
+			// Namespaces: fresh in both (none shared with the test,
+			// the time namespace aside, which neither makes).
+			// The host's, as the test's parent (go test) has them: the
+			// test's own main thread may sit in a container's mount
+			// namespace (libcontainer's mount helper enters it).
+			own := map[string]string{}
+			for _, n := range []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts", "time"} {
+				var err error
+				if own[n], err = os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", os.Getppid(), n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for name, o := range map[string]observation{"libcontainer": lc, "fork server": fs} {
+				for n, id := range o.inside["namespaces"].(map[string]any) {
+					base := strings.TrimSuffix(n, "_for_children")
+					if shared := id == own[base]; shared != (base == "time") {
+						t.Errorf("%s: namespace %s %v, the host's %s", name, n, id, own[base])
+					}
+				}
+			}
+			delete(lc.inside, "namespaces")
+			delete(fs.inside, "namespaces")
+			for _, k := range sortedKeys(lc.inside, fs.inside) {
+				if !reflect.DeepEqual(lc.inside[k], fs.inside[k]) {
+					t.Errorf("%s differs:\nlibcontainer: %s\nfork server:  %s", k, jsonOf(lc.inside[k]), jsonOf(fs.inside[k]))
+				}
+			}
+			if len(lc.inside) < 30 {
+				t.Errorf("only %d observations", len(lc.inside))
+			}
+			if len(lc.filter) == 0 || !bytes.Equal(lc.filter, fs.filter) {
+				t.Errorf("seccomp programs differ: libcontainer %d bytes, fork server %d bytes", len(lc.filter), len(fs.filter))
+			}
+			for _, k := range sortedKeys(lc.cgroup, fs.cgroup) {
+				if lc.cgroup[k] != fs.cgroup[k] {
+					t.Errorf("cgroup %s: libcontainer %q, fork server %q", k, lc.cgroup[k], fs.cgroup[k])
+				}
+			}
+			if len(lc.cgroup) < 4 {
+				t.Errorf("only %d cgroup settings read", len(lc.cgroup))
+			}
+			want := []string{""}
+			if e.mode.V1() {
+				want = []string{"cpu", "cpuacct", "memory", "pids"}
+			}
+			if !slices.Equal(fs.hierarc, want) {
+				t.Errorf("fork server run's cgroup hierarchies %v, want %v (libcontainer: %v)", fs.hierarc, want, lc.hierarc)
+			}
+		})
+	}
+}
+
+func sortedKeys[V any](a, b map[string]V) []string {
+	seen := map[string]bool{}
+	for k := range a {
+		seen[k] = true
+	}
+	for k := range b {
+		seen[k] = true
+	}
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func jsonOf(v any) string {
+	b, _ := json.Marshal(v)
+	return fmt.Sprintf("%s", b)
+}
