@@ -65,6 +65,9 @@ type Options struct {
 	PoolSize int
 	PoolIdle time.Duration
 	PoolBusy func() bool
+	// ForkServer starts runc sandboxes through oci's fork server
+	// (oci.LibcontainerConfig.ForkServer).
+	ForkServer bool
 	// Deps configures package installs (deps.go).
 	Deps DepsOptions
 	// Logger receives the executor's logs (nil: discarded).
@@ -171,6 +174,7 @@ func Open(opts Options) (*Executor, error) {
 		SingleID:   opts.Rootless,
 		CgroupMode: mode,
 		Logger:     log,
+		ForkServer: opts.ForkServer,
 	})
 	if err != nil {
 		return nil, err

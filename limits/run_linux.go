@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -139,7 +140,7 @@ func (r *Run) setV1(res *specs.LinuxResources) error {
 		if m.Limit != nil {
 			add(r.paths["memory"], "memory.limit_in_bytes", *m.Limit)
 		}
-		if m.Swap != nil && exists(filepath.Join(r.paths["memory"], "memory.memsw.limit_in_bytes")) {
+		if m.Swap != nil && r.p.hasFile("memory", "memory.memsw.limit_in_bytes") {
 			add(r.paths["memory"], "memory.memsw.limit_in_bytes", *m.Swap)
 		}
 	}
@@ -147,7 +148,8 @@ func (r *Run) setV1(res *specs.LinuxResources) error {
 		add(r.paths["pids"], "pids.max", *res.Pids.Limit)
 	}
 	if c := res.CPU; c != nil {
-		if c.Period != nil && *c.Period != 0 {
+		// A new cgroup's period is the kernel's default already.
+		if c.Period != nil && *c.Period != 0 && *c.Period != defaultCFSPeriod {
 			add(r.paths["cpu"], "cpu.cfs_period_us", int64(*c.Period))
 		}
 		if c.Quota != nil && *c.Quota != 0 {
@@ -169,7 +171,7 @@ func (r *Run) setV2(dir string, res *specs.LinuxResources) error {
 		if m.Limit != nil {
 			w = append(w, [2]string{"memory.max", v2Limit(*m.Limit)})
 		}
-		if m.Swap != nil && exists(filepath.Join(dir, "memory.swap.max")) {
+		if m.Swap != nil && r.p.hasFile("", "memory.swap.max") {
 			swap := "max"
 			switch {
 			case *m.Swap == -1:
@@ -200,6 +202,46 @@ func (r *Run) setV2(dir string, res *specs.LinuxResources) error {
 		}
 	}
 	return nil
+}
+
+// defaultCFSPeriod is the CFS period of a new cgroup (100 ms).
+const defaultCFSPeriod = 100000
+
+// runFiles caches, per parent, whether its children have a control file
+// the kernel may lack (memory.memsw.limit_in_bytes without swap
+// accounting, memory.swap.max without swap): looked up once, not per run.
+var runFiles sync.Map // runFileKey -> bool
+
+type runFileKey struct {
+	p          *Parent
+	ctrl, file string
+}
+
+// hasFile says whether the parent's cgroup in controller ctrl ("" on v2)
+// has file; a child's control files are the parent's.
+func (p *Parent) hasFile(ctrl, file string) bool {
+	k := runFileKey{p, ctrl, file}
+	if v, ok := runFiles.Load(k); ok {
+		return v.(bool)
+	}
+	dir := filepath.Join(p.root, ctrl, p.path)
+	has := exists(filepath.Join(dir, file))
+	runFiles.Store(k, has)
+	return has
+}
+
+// ReadCPUTime reads only the CPU time of a run's cgroup (paths as for
+// ReadUsage): the baseline taken when a run's program starts.
+func ReadCPUTime(mode Mode, paths map[string]string) (time.Duration, error) {
+	if mode == Unified {
+		kv, err := readKeyed(filepath.Join(paths[""], "cpu.stat"))
+		if err != nil {
+			return 0, err
+		}
+		return time.Duration(kv["usage_usec"]) * time.Microsecond, nil
+	}
+	ns, err := readUint(filepath.Join(paths["cpuacct"], "cpuacct.usage"))
+	return time.Duration(ns), err
 }
 
 func v2Limit(v int64) string {

@@ -73,6 +73,8 @@ type forkServer struct {
 	sock   *os.File   // our end of the zygote's socket; nil: none running
 	gen    int        // zygote generation, for logs and restarts
 	closed bool
+	pid    int           // the running zygote's
+	cpu    time.Duration // CPU time of the zygotes that exited
 }
 
 func newForkServer(log *slog.Logger, filter *specs.LinuxSeccomp) *forkServer {
@@ -132,6 +134,12 @@ func (f *forkServer) spawn() error {
 			f.sock = nil
 			ours.Close()
 		}
+		if f.gen == gen {
+			f.pid = 0
+		}
+		if ps := cmd.ProcessState; ps != nil {
+			f.cpu += ps.UserTime() + ps.SystemTime()
+		}
 		closed := f.closed
 		f.mu.Unlock()
 		if !closed {
@@ -143,7 +151,27 @@ func (f *forkServer) spawn() error {
 		return fmt.Errorf("%w: start the fork server: %w", ErrRuntime, err)
 	}
 	f.sock = ours
+	f.pid = cmd.Process.Pid
 	return nil
+}
+
+// cpuTime is the CPU time the zygotes used so far (the running one's from
+// its schedstat: nanoseconds, where /proc's stat counts 10 ms ticks).
+func (f *forkServer) cpuTime() time.Duration {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	pid, total := f.pid, f.cpu
+	f.mu.Unlock()
+	if pid > 0 {
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/schedstat"); err == nil {
+			if ns, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64); err == nil {
+				total += time.Duration(ns)
+			}
+		}
+	}
+	return total
 }
 
 // seccompProgram is the runtime's filter as libcontainer would load it.

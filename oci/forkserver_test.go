@@ -307,3 +307,48 @@ func jsonOf(v any) string {
 	b, _ := json.Marshal(v)
 	return fmt.Sprintf("%s", b)
 }
+
+// BenchmarkFresh: `true` in a fresh sandbox, started by libcontainer and by
+// the fork server; cpu-ms/op is every process's CPU time (this process,
+// the runs, the zygote) per run.
+func BenchmarkFresh(b *testing.B) {
+	e := newTestEnv(b)
+	fork := e.newRuntimeWith(b, true)
+	defer fork.Close()
+	root := layerRoot(b, "sh")
+	for _, v := range []struct {
+		name string
+		rt   *oci.Libcontainer
+	}{{"libcontainer", e.rt}, {"forkserver", fork}} {
+		b.Run(v.name, func(b *testing.B) {
+			req := func() *oci.Request {
+				return &oci.Request{Root: root, Args: []string{"/bin/true"}, Limits: testLimits(b, limits.Set{})}
+			}
+			for range 3 {
+				if _, err := oci.Run(context.Background(), v.rt, req()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu0 := processCPU() + v.rt.HelperCPU()
+			b.ResetTimer()
+			for range b.N {
+				res, err := oci.Run(context.Background(), v.rt, req())
+				if err != nil || res.Status != api.StatusOK {
+					b.Fatalf("%v %s %s", err, res.Status, res.Message)
+				}
+			}
+			b.StopTimer()
+			cpu := processCPU() + v.rt.HelperCPU() - cpu0
+			b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		})
+	}
+}
+
+// processCPU is this process's CPU time and its reaped children's.
+func processCPU() time.Duration {
+	var self, kids unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &self)
+	_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &kids)
+	d := func(t unix.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return d(self.Utime) + d(self.Stime) + d(kids.Utime) + d(kids.Stime)
+}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/limits"
 )
 
 // initProc is a container's init as the backend that started it controls
@@ -27,15 +29,16 @@ type initProc interface {
 	// limits.ReadUsage takes them.
 	cgroupPaths() (map[string]string, error)
 	// destroy removes what the backend made for the container besides
-	// the run itself (libcontainer's state and cgroups, the fork
-	// server's run cgroup). Preconditions: init was reaped.
+	// the run itself: libcontainer's state, the run's cgroup.
+	// Preconditions: init was reaped.
 	destroy() error
 }
 
 // lcInit is an init started by libcontainer.
 type lcInit struct {
-	lc   *libcontainer.Container
-	proc *libcontainer.Process
+	lc     *libcontainer.Container
+	proc   *libcontainer.Process
+	parent *limits.Parent // nil: no cgroups
 }
 
 func (l *lcInit) pid() (int, error) { return l.proc.Pid() }
@@ -67,8 +70,16 @@ func (l *lcInit) cgroupPaths() (map[string]string, error) {
 }
 
 func (l *lcInit) destroy() error {
+	var errs []error
 	if err := l.lc.Destroy(); err != nil {
-		return fmt.Errorf("destroy container %s: %w", l.lc.ID(), err)
+		errs = append(errs, fmt.Errorf("destroy container %s: %w", l.lc.ID(), err))
 	}
-	return nil
+	// libcontainer's v1 manager leaves directories of the run behind
+	// (the unified and name=systemd hierarchies, see limits.Parent).
+	if l.parent != nil {
+		if err := l.parent.RemoveChild(l.lc.ID()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

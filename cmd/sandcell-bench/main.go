@@ -136,9 +136,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !given["lang"] {
 		c.Cases = "" // Quick's cases whose layers are built
 	}
-	// The pooled runner needs a pool: the bench turns one on (of 4) when
-	// the server's default (off) is in force.
-	if cfg.PoolSize == 0 {
+	// The pooled runner needs a pool: the bench turns one on (of 4)
+	// unless --pool-size says otherwise.
+	if cfg.PoolSize < 0 {
 		cfg.PoolSize = 4
 	}
 	e, opts, err := open(&cfg, log, stderr)

@@ -63,6 +63,7 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 		}
 	}
 
+	env.cfg.ForServe()
 	svc, closeSvc, err := openService(env)
 	if err != nil {
 		return env.fail(err)

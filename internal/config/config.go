@@ -80,14 +80,25 @@ type Config struct {
 	// execute_code's dependencies): --no-install, --deps-*, --egress-*.
 	Deps executor.DepsOptions
 	// PoolSize is the most containers prepared ahead per pool key (same
-	// root, limits, environment...); 0 (the default) turns warm pools
-	// off: idle prepared containers are live processes, cgroups and mounts
-	// that an operator asks for (e.g. --pool-size 4 for an agent or an
-	// evaluation harness). PoolIdle is how long a key goes unasked before
-	// its pool shrinks to zero.
+	// root, limits, environment...); 0 turns warm pools off. Negative (the
+	// default) is the command's own default: ServePoolSize for a server
+	// (serve, see ForServe), where a pre-started interpreter answers an
+	// agent's call in a few milliseconds, and 0 for the one-shot commands
+	// (run, batch), which would only pay for containers they never use.
+	// Idle prepared containers are live processes, cgroups and mounts
+	// (tests that look for leftovers while a server runs pass 0). PoolIdle
+	// is how long a key goes unasked before its pool shrinks to zero.
 	PoolSize int
 	PoolIdle time.Duration
+	// ForkServer starts runc sandboxes through sandcell's fork server (a
+	// few milliseconds per run) wherever the spec allows; false starts
+	// every one through libcontainer's own re-exec (tens of milliseconds).
+	// What a program sees is the same either way.
+	ForkServer bool
 }
+
+// ServePoolSize is a server's warm pool size when --pool-size is not given.
+const ServePoolSize = 2
 
 // Default is the configuration of this process: a root server's, or, in
 // sandcell's rootless user namespace, the user's (Rootless).
@@ -106,8 +117,9 @@ func Default() Config {
 		SessionQuota: 256 << 20,
 		MaxRuns:      runtime.NumCPU(),
 		MaxQueue:     4 * runtime.NumCPU(),
-		PoolSize:     0,
+		PoolSize:     -1,
 		PoolIdle:     oci.DefaultPoolIdle,
+		ForkServer:   true,
 	}
 	if uid, _, ok := Rootless(); ok {
 		rootlessDefaults(&c, uid)
@@ -148,7 +160,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRuns, "max-runs", c.MaxRuns, "runs at once (default: the number of CPUs)")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "runs waiting for a slot before calls are refused as busy (default 4 x the number of CPUs)")
 	c.addDepsFlags(fs)
-	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "warm pool: most containers prepared ahead per language and limits (0: off, the default; 4 suits an agent or an evaluation harness)")
+	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, fmt.Sprintf("warm pool: most containers prepared ahead per language and limits (0: off; default %d for serve, off for run and batch)", ServePoolSize))
+	fs.BoolVar(&c.ForkServer, "fork-server", c.ForkServer, "start runc sandboxes through the fork server (a few ms each); false: libcontainer's own start for every run")
 	fs.DurationVar(&c.PoolIdle, "pool-idle", c.PoolIdle, "warm pool: a language and limits not asked for this long get no containers prepared ahead")
 }
 
@@ -227,8 +240,8 @@ func (c *Config) Validate() error {
 	if c.MaxRuns < 1 || c.MaxQueue < 0 {
 		return fmt.Errorf("--max-runs %d must be at least 1 and --max-queue %d not negative", c.MaxRuns, c.MaxQueue)
 	}
-	if c.PoolSize < 0 || c.PoolIdle <= 0 {
-		return fmt.Errorf("--pool-size %d must not be negative and --pool-idle %s must be positive", c.PoolSize, c.PoolIdle)
+	if c.PoolIdle <= 0 {
+		return fmt.Errorf("--pool-idle %s must be positive", c.PoolIdle)
 	}
 	if !slices.Contains(executor.Isolations, c.Isolation) {
 		return fmt.Errorf("--isolation %q: must be one of %s", c.Isolation, strings.Join(executor.Isolations, ", "))
@@ -261,6 +274,14 @@ func (c *Config) validateDeps() error {
 		return fmt.Errorf("--egress-host: %w", err)
 	}
 	return nil
+}
+
+// ForServe applies a server's defaults: a warm pool of ServePoolSize
+// unless --pool-size was given.
+func (c *Config) ForServe() {
+	if c.PoolSize < 0 {
+		c.PoolSize = ServePoolSize
+	}
 }
 
 // SessionsPath is where the sessions live.
@@ -298,7 +319,8 @@ func (c *Config) Executor(log *slog.Logger, poolBusy func() bool) executor.Optio
 		RunscAllowKVM: c.RunscAllowKVM,
 		Defaults:      c.Defaults,
 		Ceilings:      c.Ceilings,
-		PoolSize:      c.PoolSize,
+		PoolSize:      max(c.PoolSize, 0),
+		ForkServer:    c.ForkServer,
 		PoolIdle:      c.PoolIdle,
 		PoolBusy:      poolBusy,
 		Deps:          c.Deps,
