@@ -39,8 +39,11 @@ type Request struct {
 	// Dependencies added (a package named again takes its new
 	// constraint).
 	Installed map[string][]string
-	// Fresh bypasses the warm pool (the benchmark's fresh runner).
-	Fresh bool
+	// Fresh bypasses the warm pool (the benchmark's fresh runner);
+	// Libcontainer also starts every runc sandbox through libcontainer,
+	// not the fork server (its libcontainer runner: the path before
+	// issue #18).
+	Fresh, Libcontainer bool
 	// Admit, if set, is called once, before the first sandbox of the
 	// request starts (a dependency install, the compile phase or the
 	// run), and its release when the request is done: the caller's
@@ -64,7 +67,7 @@ func (e *Executor) Execute(ctx context.Context, req Request) (api.Result, error)
 	if err != nil {
 		return api.Result{}, err
 	}
-	rt, err := e.runtime(req.Isolation, req.Fresh)
+	rt, err := e.runtime(req.Isolation, req.Fresh, req.Libcontainer)
 	if err != nil {
 		return api.Result{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -123,7 +124,7 @@ func (e *testEnv) waitPid(t *testing.T, dirs map[string]string) int {
 
 // counters are the files of a cgroup that count what the run does rather
 // than set what it may do.
-var counters = []string{"usage", "stat", "events", "procs", "tasks", "failcnt", "current", "peak",
+var counters = []string{"usage", "stat", "events", "procs", "tasks", "threads", "failcnt", "current", "peak",
 	"pressure", "numa", "cgroup.controllers", "cgroup.subtree_control", "cgroup.type", "cgroup.freeze",
 	"cgroup.kill", "cgroup.clone_children", "notify_on_release", "force_empty", "pressure_level",
 	"memory.kmem.slabinfo", "cgroup.event_control", "cgroup.max"}
@@ -351,4 +352,203 @@ func processCPU() time.Duration {
 	_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &kids)
 	d := func(t unix.Timeval) time.Duration { return time.Duration(t.Nano()) }
 	return d(self.Utime) + d(self.Stime) + d(kids.Utime) + d(kids.Stime)
+}
+
+// BenchmarkBreakdown: where the time of one fresh run of `true` goes, phase
+// by phase (the median over b.N runs of each phase's wall time), under
+// libcontainer and under the fork server. Each phase is named by the mark
+// that ends it (oci's phase calls): work (the run's directory, /work tmpfs,
+// pipes), config (spec, libcontainer config), create (libcontainer's
+// container and state) or cgroup (the fork server's run cgroup), cloned
+// (the zygote's clone3 and id maps), set up (the child's mounts, pivot,
+// masks, seccomp...: until it is ready), prepared (libcontainer: its init
+// started and waiting; the fork server: rlimits), started (exec released),
+// exited (the program ran, exited, was reaped), waited (streams, cgroup
+// counters, verdict), destroyed (cgroup, /work, run directory removed).
+func BenchmarkBreakdown(b *testing.B) {
+	e := newTestEnv(b)
+	fork := e.newRuntimeWith(b, true)
+	defer fork.Close()
+	root := layerRoot(b, "sh")
+	type mark struct {
+		name string
+		at   time.Time
+	}
+	var mu sync.Mutex
+	marks := map[string][]mark{}
+	oci.SetPhaseHook(func(id, name string, at time.Time) {
+		mu.Lock()
+		marks[id] = append(marks[id], mark{name, at})
+		mu.Unlock()
+	})
+	defer oci.SetPhaseHook(nil)
+	for _, v := range []struct {
+		name string
+		rt   *oci.Libcontainer
+	}{{"libcontainer", e.rt}, {"forkserver", fork}} {
+		b.Run(v.name, func(b *testing.B) {
+			for range 3 {
+				if _, err := oci.Run(context.Background(), v.rt, &oci.Request{Root: root, Args: []string{"/bin/true"}, Limits: testLimits(b, limits.Set{})}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			mu.Lock()
+			clear(marks)
+			mu.Unlock()
+			b.ResetTimer()
+			for range b.N {
+				res, err := oci.Run(context.Background(), v.rt, &oci.Request{Root: root, Args: []string{"/bin/true"}, Limits: testLimits(b, limits.Set{})})
+				if err != nil || res.Status != api.StatusOK {
+					b.Fatalf("%v %s", err, res.Status)
+				}
+			}
+			b.StopTimer()
+			mu.Lock()
+			defer mu.Unlock()
+			if len(marks) < 10 {
+				return // the probe run of b.N = 1
+			}
+			phases := map[string][]time.Duration{}
+			var order []string
+			for _, ms := range marks {
+				sort.Slice(ms, func(i, j int) bool { return ms[i].at.Before(ms[j].at) })
+				for i := 1; i < len(ms); i++ {
+					if _, ok := phases[ms[i].name]; !ok {
+						order = append(order, ms[i].name)
+					}
+					phases[ms[i].name] = append(phases[ms[i].name], ms[i].at.Sub(ms[i-1].at))
+				}
+				phases["total"] = append(phases["total"], ms[len(ms)-1].at.Sub(ms[0].at))
+			}
+			var total time.Duration
+			for _, name := range append(order, "total") {
+				d := phases[name]
+				slices.Sort(d)
+				med := d[len(d)/2]
+				if name != "total" {
+					total += med
+				}
+				b.Logf("%-10s %6.2f ms (median of %d)", name, float64(med.Microseconds())/1000, len(d))
+			}
+			b.Logf("sum of the medians %.2f ms", float64(total.Microseconds())/1000)
+		})
+	}
+}
+
+// TestForkServerIsolation: two runs at once through the fork server. One
+// leaves traces of every kind a program can make (a process, files in
+// /tmp, /work and /dev/shm, System V IPC, an abstract and a path Unix
+// socket, a TCP listener); the other, started while the first holds them,
+// sees none: its own process alone, its own files, no IPC object, no
+// socket it can reach, its own cgroup as the root. Nothing of the zygote
+// is in either run: no process in their pid namespaces or cgroups, no fd.
+func TestForkServerIsolation(t *testing.T) {
+	e := newForkEnv(t)
+	probe, err := os.ReadFile("../testdata/probes/neighbour.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	hold := newRequest(t, "python", string(probe), limits.Set{Timeout: 30 * time.Second})
+	hold.Args = append(hold.Args, "hold")
+	hold.OnOutput = func(stream, text string) {
+		if stream == "stdout" && strings.HasPrefix(text, "ready ") {
+			select {
+			case ready <- strings.TrimSpace(strings.TrimPrefix(text, "ready ")):
+			default:
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := e.runtime.Prepare(ctx, hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Destroy()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan api.Phase, 1)
+	go func() { done <- c.Wait(ctx) }()
+	var port string
+	select {
+	case port = <-ready:
+	case res := <-done:
+		t.Fatalf("the holder ended: %s %s", res.Status, res.Stderr)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the holder did not get ready")
+	}
+	// The holder's cgroup holds its own processes only, all in a pid
+	// namespace of their own (the zygote is in none).
+	holdDirs := e.runDirs(c.ID())
+	procs, _ := os.ReadFile(filepath.Join(holdDirs[map[bool]string{true: "", false: "memory"}[e.mode == limits.Unified]], "cgroup.procs"))
+	if n := len(strings.Fields(string(procs))); n != 2 {
+		t.Errorf("the holder's cgroup has %d processes, want python and sleep: %s", n, procs)
+	}
+	for _, pid := range strings.Fields(string(procs)) {
+		st, _ := os.ReadFile("/proc/" + pid + "/status")
+		for _, line := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(line, "NSpid:") && len(strings.Fields(line)) != 3 {
+				t.Errorf("process %s of the holder's cgroup is not in a pid namespace of its own: %s", pid, line)
+			}
+		}
+	}
+
+	look := e.run(t, "python", string(probe), limits.Set{}, func(r *oci.Request) { r.Args = append(r.Args, "look", port) })
+	if look.Status != api.StatusOK {
+		t.Fatalf("look: %s %s", look.Status, look.Stderr)
+	}
+	var got struct {
+		Pids         []int
+		Comms        []string
+		Tmp, Work    []string
+		Shm          []string
+		Sysvipc      map[string][]string
+		Shmget       int
+		NetUnix      []string `json:"net_unix"`
+		Abstract     string
+		TCP          string
+		TCPListeners []string `json:"tcp_listeners"`
+		Fds          []int
+		Cgroup       []string
+		Hostname     string
+	}
+	if err := json.Unmarshal([]byte(look.Stdout), &got); err != nil {
+		t.Fatalf("%v: %s", err, look.Stdout)
+	}
+	checks := []struct {
+		what      string
+		got, want any
+	}{
+		{"processes", got.Pids, []int{1}},
+		{"process names", got.Comms, []string{"python3"}},
+		{"/tmp", got.Tmp, []string{}},
+		{"/work", got.Work, []string{"main.py"}},
+		{"/dev/shm", got.Shm, []string{}},
+		{"System V shared memory", got.Sysvipc["shm"], []string{}},
+		{"System V message queues", got.Sysvipc["msg"], []string{}},
+		{"System V semaphores", got.Sysvipc["sem"], []string{}},
+		{"shmget of the holder's key", got.Shmget, -1},
+		{"Unix sockets", got.NetUnix, []string{}},
+		{"the holder's abstract socket", got.Abstract, "ECONNREFUSED"},
+		{"the holder's TCP listener", got.TCP, "ECONNREFUSED"},
+		{"TCP listeners", got.TCPListeners, []string{}},
+		{"fds (0-2 and the listing's)", got.Fds, []int{0, 1, 2, 3}},
+		{"hostname", got.Hostname, "sandcell"},
+	}
+	for _, c := range checks {
+		if jsonOf(c.got) != jsonOf(c.want) && !(jsonOf(c.got) == "null" && jsonOf(c.want) == "[]") {
+			t.Errorf("%s: got %s, want %s", c.what, jsonOf(c.got), jsonOf(c.want))
+		}
+	}
+	for _, line := range got.Cgroup {
+		if !strings.HasSuffix(line, ":/") {
+			t.Errorf("cgroup view %q: want its own cgroup as the root", line)
+		}
+	}
+	cancel()
+	if res := <-done; res.Status != api.StatusCancelled {
+		t.Errorf("holder: %s, want cancelled", res.Status)
+	}
 }

@@ -226,11 +226,13 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 		return nil, err
 	}
 	id := r.newID()
+	phase(id, "begin")
 	uid, gid := r.SandboxIDs()
 	run, err := newRun(id, filepath.Join(r.dir, "runs", id), req, uid, gid)
 	if err != nil {
 		return nil, err
 	}
+	phase(id, "work")
 	run.enforced = Enforced(r.cfg.Cgroups != nil)
 	run.pooled = pre != nil
 	// run.settle stays nil: the program is init of its pid namespace,
@@ -275,6 +277,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	if err != nil {
 		return nil, err
 	}
+	phase(id, "config")
 	yes := true
 	p := &libcontainer.Process{
 		Args:            spec.Process.Args,
@@ -297,7 +300,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 			return nil, err
 		}
 	}
-	init, err := r.startInit(ctx, id, config, p, spec)
+	init, err := r.startInit(ctx, id, config, p, spec, req.direct)
 	run.childStarted()
 	if pre != nil {
 		pre.started()
@@ -326,13 +329,14 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 			return nil, fmt.Errorf("%w: start pooled init: %w", ErrRuntime, err)
 		}
 	}
+	phase(id, "prepared")
 	return c, nil
 }
 
 // startInit starts the container's init, waiting for exec: through the
 // fork server when it can start this config, else through libcontainer.
-func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec) (initProc, error) {
-	if r.fork != nil {
+func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec, direct bool) (initProc, error) {
+	if r.fork != nil && !direct {
 		init, err := r.fork.start(ctx, id, config, p, spec, r.cfg.Cgroups)
 		if !errors.Is(err, errForkUnsupported) {
 			return init, err
@@ -343,6 +347,7 @@ func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs
 	if err != nil {
 		return nil, fmt.Errorf("%w: create container: %w", ErrRuntime, err)
 	}
+	phase(id, "create")
 	if err := lc.Start(p); err != nil {
 		_ = lc.Destroy()
 		return nil, fmt.Errorf("%w: start container init: %w", ErrRuntime, err)
@@ -392,6 +397,7 @@ func (c *lcContainer) reap() {
 	}
 	c.rusage = ru
 	c.exitedWith(ws)
+	phase(c.id, "exited")
 }
 
 // Start lets the program run: it releases init from libcontainer's exec fifo.
@@ -416,13 +422,16 @@ func (c *lcContainer) Start(ctx context.Context) error {
 	if err := c.init.exec(); err != nil {
 		return fmt.Errorf("%w: start program: %w", ErrRuntime, err)
 	}
+	phase(c.id, "started")
 	return nil
 }
 
 // Wait enforces the wall clock, the output caps and cancellation, then
 // reads the cgroup's counters and decides the verdict.
 func (c *lcContainer) Wait(ctx context.Context) api.Phase {
-	return c.finish(ctx, c.kill, c.usage, c.cpuBase)
+	res := c.finish(ctx, c.kill, c.usage, c.cpuBase)
+	phase(c.id, "waited")
+	return res
 }
 
 // usage reads the run's counters from its cgroup, or from rusage when the
@@ -519,6 +528,7 @@ func (c *lcContainer) destroy() error {
 	if err != nil {
 		c.rt.log.Error("teardown incomplete", "container_id", c.id, "err", err)
 	}
+	phase(c.id, "destroyed")
 	return err
 }
 

@@ -60,6 +60,10 @@ type Request struct {
 	Egress string
 	// Mounts are extra bind mounts in /tmp (dependency layers).
 	Mounts []Mount
+
+	// direct: libcontainer starts the init even with the fork server on
+	// (Libcontainer.Direct).
+	direct bool
 }
 
 // Workspace is a session's persistent files (implemented by

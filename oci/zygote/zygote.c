@@ -393,8 +393,10 @@ static int reopen_after_mount(int rootfd, const char *dest)
 	return open_in_root(rootfd, dest, O_PATH);
 }
 
-/* mount_propagate is mountEntry.mountPropagate. It takes ownership of *dstfd. */
-static void mount_propagate(int rootfd, struct mnt *m, int *dstfd)
+/* mount_propagate is mountEntry.mountPropagate. It takes ownership of
+ * *dstfd; with top set, *dstfd is then the new mount's top (runc always
+ * reopens it; here only a caller that goes on to use it pays the lookup). */
+static void mount_propagate(int rootfd, struct mnt *m, int *dstfd, int top)
 {
 	uint32_t flags = m->flags;
 	/* tmpfs and /dev are mounted read-write first; finalize_rootfs remounts them. */
@@ -402,6 +404,8 @@ static void mount_propagate(int rootfd, struct mnt *m, int *dstfd)
 		flags &= ~MS_RDONLY;
 	CHECK(mount(m->source, procfd(0, *dstfd), m->device, flags, m->data[0] ? m->data : NULL),
 	      "mount %s on %s (%s)", m->source, m->dest, m->device);
+	if (!top && m->nprop == 0)
+		return;
 	int fd = reopen_after_mount(rootfd, m->dest);
 	CHECK(fd, "reopen mountpoint %s after mount", m->dest);
 	close(*dstfd);
@@ -526,26 +530,26 @@ static void mount_to_rootfs(int rootfd, struct mnt *m)
 	if (strcmp(m->device, "proc") == 0 || strcmp(m->device, "sysfs") == 0) {
 		check_proc_mount(m);
 		/* The destination must be an ordinary directory if it exists. */
-		int fd = open_in_root(rootfd, m->dest, O_PATH | O_NOFOLLOW);
-		if (fd >= 0) {
+		int dst = open_in_root(rootfd, m->dest, O_PATH | O_NOFOLLOW);
+		if (dst >= 0) {
 			struct stat st;
-			CHECK(fstat(fd, &st), "stat %s", m->dest);
-			close(fd);
+			CHECK(fstat(dst, &st), "stat %s", m->dest);
 			if (!S_ISDIR(st.st_mode)) {
 				errno = 0;
 				child_fail("filesystem \"%s\" must be mounted on ordinary directory", m->device);
 			}
+		} else {
+			dst = mkdir_all_in_root(rootfd, m->dest, 0755);
+			CHECK(dst, "make mountpoint %s", m->dest);
 		}
-		int dst = mkdir_all_in_root(rootfd, m->dest, 0755);
-		CHECK(dst, "make mountpoint %s", m->dest);
-		mount_propagate(rootfd, m, &dst);
+		mount_propagate(rootfd, m, &dst, 0);
 		close(dst);
 		return;
 	}
 	check_proc_mount(m);
 	int dst = create_open_mountpoint(rootfd, m);
 	if (strcmp(m->device, "tmpfs") == 0) {
-		mount_propagate(rootfd, m, &dst);
+		mount_propagate(rootfd, m, &dst, 0);
 		close(dst);
 		return;
 	}
@@ -553,8 +557,9 @@ static void mount_to_rootfs(int rootfd, struct mnt *m)
 		errno = 0;
 		child_fail("mount type %s is not supported by the fork server", m->device);
 	}
-	mount_propagate(rootfd, m, &dst);
-	if ((m->flags & ~(MS_BIND | MS_REC | MS_REMOUNT)) != 0 || m->cleared != 0) {
+	int remount = (m->flags & ~(MS_BIND | MS_REC | MS_REMOUNT)) != 0 || m->cleared != 0;
+	mount_propagate(rootfd, m, &dst, remount);
+	if (remount) {
 		uint32_t flags = m->flags | MS_BIND | MS_REMOUNT;
 		if (mount("", procfd(0, dst), "", flags, NULL) < 0) {
 			/* Locked flags (a mount from a more privileged namespace):
@@ -600,56 +605,68 @@ static void prepare_root(const struct plan *pl)
 	CHECK(mount(pl->rootfs, pl->rootfs, "bind", MS_BIND | MS_REC, NULL), "bind %s onto itself", pl->rootfs);
 }
 
+/* in_dir opens the directory of path inside the root, reusing *cache when
+ * it is the same directory (most devices and links are in /dev). */
+static int in_dir(int rootfd, const char *path, const char **name, char *cached, int *cache)
+{
+	char dir[PATH_MAX];
+	split_parent(path, dir, sizeof(dir), name);
+	if (*cache >= 0 && strcmp(dir, cached) == 0)
+		return *cache;
+	if (*cache >= 0)
+		close(*cache);
+	*cache = mkdir_all_in_root(rootfd, dir, 0755);
+	CHECK(*cache, "mkdir parent of %s", path);
+	snprintf(cached, PATH_MAX, "%s", dir);
+	return *cache;
+}
+
 /* create_devices is createDevices in a user namespace: each node is
  * bind-mounted from the host (a user namespace cannot mknod). */
-static void create_devices(int rootfd, const struct plan *pl)
+static void create_devices(int rootfd, const struct plan *pl, char *cached, int *cache)
 {
 	for (int i = 0; i < pl->ndevices; i++) {
 		const char *path = pl->devices[i];
 		if (strcmp(path, "/dev/ptmx") == 0)
 			continue;
-		char dir[PATH_MAX];
 		const char *name;
-		split_parent(path, dir, sizeof(dir), &name);
-		int dfd = mkdir_all_in_root(rootfd, dir, 0755);
-		CHECK(dfd, "mkdir parent of device inode %s", path);
+		int dfd = in_dir(rootfd, path, &name, cached, cache);
 		int f = openat(dfd, name, O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_RDONLY, 0);
 		CHECK(f, "create device inode %s", path);
 		CHECK(mount(path, procfd(0, f), "bind", MS_BIND, NULL), "bind device %s", path);
 		close(f);
-		close(dfd);
 	}
 }
 
-static void symlink_in_root(int rootfd, const char *target, const char *link)
+static void symlink_in_root(int rootfd, const char *target, const char *link, char *cached, int *cache)
 {
-	char dir[PATH_MAX];
 	const char *name;
-	split_parent(link, dir, sizeof(dir), &name);
-	int dfd = mkdir_all_in_root(rootfd, dir, 0755);
-	CHECK(dfd, "open parent of %s", link);
+	int dfd = in_dir(rootfd, link, &name, cached, cache);
 	if (symlinkat(target, dfd, name) < 0 && errno != EEXIST)
 		child_fail("symlink %s -> %s", link, target);
-	close(dfd);
 }
 
-/* setup_ptmx and setup_dev_symlinks are runc's setupPtmx and setupDevSymlinks. */
+/* setup_dev is runc's doSetupDev: createDevices, setupPtmx and
+ * setupDevSymlinks. */
 static void setup_dev(int rootfd, const struct plan *pl)
 {
-	create_devices(rootfd, pl);
-	int dfd = mkdir_all_in_root(rootfd, "/dev", 0755);
-	CHECK(dfd, "open /dev");
+	char cached[PATH_MAX];
+	int cache = -1;
+	create_devices(rootfd, pl, cached, &cache);
+	const char *name;
+	int dfd = in_dir(rootfd, "/dev/ptmx", &name, cached, &cache);
 	if (unlinkat(dfd, "ptmx", 0) < 0 && errno != ENOENT)
 		child_fail("remove /dev/ptmx");
 	CHECK(symlinkat("pts/ptmx", dfd, "ptmx"), "symlink /dev/ptmx");
-	close(dfd);
-	symlink_in_root(rootfd, "/proc/self/fd", "/dev/fd");
-	symlink_in_root(rootfd, "/proc/self/fd/0", "/dev/stdin");
-	symlink_in_root(rootfd, "/proc/self/fd/1", "/dev/stdout");
-	symlink_in_root(rootfd, "/proc/self/fd/2", "/dev/stderr");
+	symlink_in_root(rootfd, "/proc/self/fd", "/dev/fd", cached, &cache);
+	symlink_in_root(rootfd, "/proc/self/fd/0", "/dev/stdin", cached, &cache);
+	symlink_in_root(rootfd, "/proc/self/fd/1", "/dev/stdout", cached, &cache);
+	symlink_in_root(rootfd, "/proc/self/fd/2", "/dev/stderr", cached, &cache);
 	struct stat st;
 	if (stat("/proc/kcore", &st) == 0)
-		symlink_in_root(rootfd, "/proc/kcore", "/dev/core");
+		symlink_in_root(rootfd, "/proc/kcore", "/dev/core", cached, &cache);
+	if (cache >= 0)
+		close(cache);
 }
 
 /* pivot_to is runc's pivotRoot. */
