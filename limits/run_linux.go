@@ -271,14 +271,15 @@ func (r *Run) JoinFiles() (tasks []*os.File, dir *os.File, err error) {
 		return nil, os.NewFile(uintptr(fd), r.paths[""]), nil
 	}
 	for _, d := range r.dirs {
-		f, err := os.OpenFile(filepath.Join(d, "tasks"), os.O_WRONLY|unix.O_CLOEXEC, 0)
+		// unix.Open, not os.OpenFile: no fstat, no poller.
+		fd, err := unix.Open(filepath.Join(d, "tasks"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			for _, t := range tasks {
 				t.Close()
 			}
 			return nil, nil, fmt.Errorf("open cgroup %s: %w", d, err)
 		}
-		tasks = append(tasks, f)
+		tasks = append(tasks, os.NewFile(uintptr(fd), d))
 	}
 	return tasks, nil, nil
 }

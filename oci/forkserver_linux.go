@@ -444,9 +444,10 @@ func exchange(sock int, msg, rights []byte) (zygote.Reply, *os.File, error) {
 	}
 }
 
-// memfdWith is a sealed memfd holding data.
+// memfdWith is a memfd holding data (only sandcell and the child it is
+// sent to ever hold it).
 func memfdWith(name string, data []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("%w: memfd: %w", ErrRuntime, err)
 	}
@@ -454,10 +455,6 @@ func memfdWith(name string, data []byte) (*os.File, error) {
 	if _, err := f.Write(data); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%w: memfd: %w", ErrRuntime, err)
-	}
-	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w: memfd seal: %w", ErrRuntime, err)
 	}
 	return f, nil
 }

@@ -331,6 +331,9 @@ func BenchmarkFresh(b *testing.B) {
 				}
 			}
 			cpu0 := processCPU() + v.rt.HelperCPU()
+			var kids0 unix.Rusage
+			_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &kids0)
+			flt0 := kids0.Minflt
 			b.ResetTimer()
 			for range b.N {
 				res, err := oci.Run(context.Background(), v.rt, req())
@@ -341,6 +344,9 @@ func BenchmarkFresh(b *testing.B) {
 			b.StopTimer()
 			cpu := processCPU() + v.rt.HelperCPU() - cpu0
 			b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+			var kids unix.Rusage
+			_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &kids)
+			b.ReportMetric(float64(kids.Minflt-flt0)/float64(b.N), "child-faults/op")
 		})
 	}
 }

@@ -31,7 +31,7 @@ func mountStateFS(dir string) (bool, error) {
 	if st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC {
 		return false, nil
 	}
-	if err := unix.Mount("sandcell-state", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, stateFSOptions); err != nil {
+	if err := unix.Mount("sandcell-state", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, stateFSOptions); err != nil {
 		return false, fmt.Errorf("%w: mount a tmpfs on the state directory %s: %w", ErrRuntime, dir, err)
 	}
 	return true, nil
