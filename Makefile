@@ -6,16 +6,28 @@ BENCH_BIN := bin/sandcell-bench
 # cgo + seccomp: without the tag the build succeeds but every run fails.
 # netgo/osusergo + -static: one self-contained binary (also for the VM lane).
 TAGS      := seccomp netgo osusergo
-LDFLAGS   := -s -w -extldflags=-static
+# The release (VERSION) and the commit are stamped into the binary:
+# `sandcell --version` and MCP serverInfo.version show them.
+VERSION   := $(shell cat VERSION)
+COMMIT    := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+VPKG      := github.com/sandcell/sandcell/internal/version
+LDFLAGS   := -s -w -extldflags=-static -X $(VPKG).release=$(VERSION) -X $(VPKG).commit=$(COMMIT)
 # sandcell home: the layer store lives in $(LAYER_DIR)/rootfs (rootfs.DefaultDir).
 LAYER_DIR ?= /var/lib/sandcell
-# Debian packages the build, the layers and the tests need.
-APT_PKGS  := gcc libc6-dev libseccomp-dev mmdebstrap busybox-static runc runsc bubblewrap
+# Debian packages the build, the layers and the tests need (slurm*, munge:
+# the Slurm recipe's test starts a single-node cluster of its own; lintian:
+# the Debian package's test).
+APT_PKGS  := gcc libc6-dev libseccomp-dev mmdebstrap busybox-static runc runsc bubblewrap \
+	slurmctld slurmd slurm-client munge lintian
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help deps build layers run test root-test unit bench lint golden clean rootless-user
+# go vet, every package; wasm's without the stdmethods check: wazero's
+# sys.File interface it implements has Seek(int64, int) (int64, Errno).
+VET = $(GO) vet -tags '$(TAGS)' $$($(GO) list ./... | grep -v '/wasm$$') && $(GO) vet -tags '$(TAGS)' -stdmethods=false ./wasm
+
+.PHONY: help deps build layers run test root-test unit bench lint golden clean rootless-user install deb
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z0-9-]+:.*## /{printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,14 +62,16 @@ rootless-user: ## create the unprivileged user the rootless tests run sandcell a
 	@id $(ROOTLESS_USER) >/dev/null 2>&1 || $(SUDO) useradd --system --create-home --shell /usr/sbin/nologin $(ROOTLESS_USER)
 
 test: deps build layers conformance-deps rootless-user ## every test; root tests run when root (CI is root)
-	$(GO) vet -tags '$(TAGS)' ./...
+	$(VET)
 	cd conformance && $(GO) vet ./...
+	cd deploy/k8s/validate && $(GO) vet ./...
 	# -p 1: packages one at a time; the teardown checks look host-wide
 	# (processes in the sandbox uid range, cgroups, mounts), so another
 	# package's sandboxes running at the same time would look like leftovers.
 	SANDCELL_LAYER_DIR=$(LAYER_DIR) SANDCELL_TEST_STORE=$(LAYER_DIR) $(GO) test -p 1 -tags '$(TAGS)' -count=1 -timeout 60m ./...
 	$(FUZZ)
 	$(CONFORMANCE)
+	$(K8S_VALIDATE)
 
 unit: ## fast tests only (-short: no layer builds, no containers)
 	$(GO) test -tags '$(TAGS)' -short ./...
@@ -67,16 +81,55 @@ unit: ## fast tests only (-short: no layer builds, no containers)
 BENCH_FLAGS ?=
 bench: deps build layers ## latency (bare, bwrap, runc/runsc CLIs, sandcell) and throughput side by side: BENCHMARKS.md block, docs/bench-latency.svg
 	$(SUDO) ./$(BENCH_BIN) --home $(LAYER_DIR) --markdown BENCHMARKS.md --plot docs/bench-latency.svg $(BENCH_FLAGS)
+	$(SUDO) ./$(BENCH_BIN) --home $(LAYER_DIR) kernel --markdown BENCHMARKS.md
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
-	$(GO) vet -tags '$(TAGS)' ./...
+	$(VET)
 
 golden: ## refresh golden files (review the diff!)
 	$(GO) test -tags '$(TAGS)' ./oci ./seccomp -run Golden -update
 
 clean: ## remove build outputs (not the layer store)
-	rm -rf bin
+	rm -rf bin build
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary, its man page and
+# shell completions (generated from the command table), the systemd unit,
+# tmpfiles entry, AppArmor profile and an example config. The unit runs
+# $(PREFIX)/bin/sandcell.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+UNITDIR  = $(if $(filter /usr,$(PREFIX)),/lib,$(PREFIX)/lib)/systemd/system
+install: build ## install into $(DESTDIR)$(PREFIX) (PREFIX=/usr/local): binary, man page, completions, systemd unit, tmpfiles, AppArmor profile, config
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sandcell
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) ./$(BIN) man | gzip -9n > $(DESTDIR)$(PREFIX)/share/man/man1/sandcell.1.gz
+	./$(BIN) completion bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sandcell
+	./$(BIN) completion zsh > $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_sandcell
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/lib/tmpfiles.d $(DESTDIR)/etc/apparmor.d $(DESTDIR)/etc/sandcell
+	sed 's|/usr/bin/sandcell|$(PREFIX)/bin/sandcell|g' packaging/sandcell.service > $(DESTDIR)$(UNITDIR)/sandcell.service
+	install -m 0644 packaging/sandcell.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/sandcell.conf
+	install -m 0644 packaging/apparmor.sandcell $(DESTDIR)/etc/apparmor.d/sandcell
+	install -m 0644 packaging/sandcell.toml $(DESTDIR)/etc/sandcell/sandcell.toml
+
+# make deb: build/sandcell_$(VERSION)_amd64.deb from `make install
+# PREFIX=/usr` into a staging root, with dpkg-deb (no debhelper needed).
+DEB_ROOT := build/deb
+DEB      := build/sandcell_$(VERSION)_amd64.deb
+deb: build ## build the Debian package build/sandcell_VERSION_amd64.deb (dpkg-deb; lintian checks it in the tests)
+	rm -rf $(DEB_ROOT) && mkdir -p $(DEB_ROOT)/DEBIAN
+	$(MAKE) --no-print-directory install PREFIX=/usr DESTDIR=$(CURDIR)/$(DEB_ROOT)
+	install -D -m 0644 packaging/debian/copyright $(DEB_ROOT)/usr/share/doc/sandcell/copyright
+	printf 'sandcell (%s) unstable; urgency=medium\n\n  * Release %s (commit %s).\n\n -- sandcell developers <sandcell@example.org>  %s\n' \
+		'$(VERSION)' '$(VERSION)' '$(COMMIT)' "$$(date -R -d @$$(git log -1 --format=%ct 2>/dev/null || date +%s))" \
+		| gzip -9n > $(DEB_ROOT)/usr/share/doc/sandcell/changelog.gz
+	install -D -m 0644 packaging/debian/lintian-overrides $(DEB_ROOT)/usr/share/lintian/overrides/sandcell
+	sed 's/@VERSION@/$(VERSION)/' packaging/debian/control > $(DEB_ROOT)/DEBIAN/control
+	echo "Installed-Size: $$(du -sk --exclude=DEBIAN $(DEB_ROOT) | cut -f1)" >> $(DEB_ROOT)/DEBIAN/control
+	printf '/etc/sandcell/sandcell.toml\n/etc/apparmor.d/sandcell\n' > $(DEB_ROOT)/DEBIAN/conffiles
+	install -m 0755 packaging/debian/postinst packaging/debian/prerm packaging/debian/postrm $(DEB_ROOT)/DEBIAN/
+	cd $(DEB_ROOT) && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | LC_ALL=C sort -z | xargs -0 md5sum > DEBIAN/md5sums
+	dpkg-deb --root-owner-group -Zxz --build $(DEB_ROOT) $(DEB)
 
 .PHONY: test-cgroupv2
 test-cgroupv2: deps build layers ## cgroup v2 lane: the cgroup tests in a qemu VM on Debian's 6.1 kernel (testdata/vm)
@@ -99,6 +152,9 @@ FUZZ_TIME    ?= 15s
 FUZZ = for t in $(FUZZ_TARGETS); do set -- $$(echo $$t | tr : ' '); \
 	$(GO) test -tags '$(TAGS)' -run '^$$' -fuzz "^$$2\$$" -fuzztime $(FUZZ_TIME) $$1 || exit 1; done
 CONFORMANCE = cd conformance && SANDCELL_LAYER_DIR=$(LAYER_DIR) $(GO) test -count=1 -timeout 20m ./...
+# The Kubernetes manifests against the API's types (a module of its own:
+# the Kubernetes libraries stay out of sandcell's build).
+K8S_VALIDATE = cd deploy/k8s/validate && $(GO) test -count=1 ./...
 
 test-mcp: FUZZ_TARGETS = $(FUZZ_MCP)
 test-mcp: deps build layers conformance-deps ## only the MCP layer: protocol tests, fuzz, real clients

@@ -18,7 +18,7 @@ func TestResultJSON(t *testing.T) {
 		ExecutionTimeMS: 2, CPUTimeMS: 3, MemoryPeakBytes: 4, StdoutTruncated: true, StderrTruncated: true,
 		Message: "m", LimitsEnforced: map[string]string{"memory": "cgroup"}},
 		Compile: &Phase{Status: StatusOK}, CompileFailed: true, SessionID: "s",
-		Files: []FileChange{{Path: "a", Kind: Created, Type: "file", Size: 1}}, Notes: []string{"not on the wire"}}
+		Files: []FileChange{{Path: "a", Kind: Created, Type: "file", Size: 1}}, FilesSummary: &FileSummary{Total: 2, Listed: 1}, Notes: []string{"not on the wire"}}
 	b, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +32,7 @@ func TestResultJSON(t *testing.T) {
 		got = append(got, k)
 	}
 	slices.Sort(got)
-	want := []string{"compile", "compile_failed", "cpu_time_ms", "execution_time_ms", "exit_code", "files", "limits_enforced",
+	want := []string{"compile", "compile_failed", "cpu_time_ms", "execution_time_ms", "exit_code", "files", "files_summary", "limits_enforced",
 		"memory_peak_bytes", "message", "session_id", "signal", "status", "stderr", "stderr_truncated", "stdout", "stdout_truncated"}
 	if !slices.Equal(got, want) {
 		t.Errorf("result fields %v, want %v", got, want)
@@ -44,7 +44,7 @@ func TestResultJSON(t *testing.T) {
 			t.Errorf("zero result %s lacks %q", b, f)
 		}
 	}
-	for _, f := range []string{"message", "compile", "session_id", "files", "limits_enforced"} {
+	for _, f := range []string{"message", "compile", "session_id", "files", "files_summary", "limits_enforced"} {
 		if strings.Contains(string(b), `"`+f+`":`) {
 			t.Errorf("zero result %s has %q", b, f)
 		}

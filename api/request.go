@@ -1,5 +1,7 @@
 package api
 
+import "io"
+
 // Request is one program to run, as a caller asks for it: the language's
 // program made of Source (execute_code, `sandcell run`, a batch line), a
 // Command (run_command) or a Script of the session's /work (run_script).
@@ -25,11 +27,26 @@ type Request struct {
 	// Env holds KEY=VALUE pairs added to the program's environment.
 	Env   []string
 	Stdin []byte // nil: no input (/dev/null)
+	// StdinStream, if set, is the run phase's standard input instead of
+	// Stdin, read while the program runs (an interactive client). The
+	// caller must make its Read return once Execute returned.
+	StdinStream io.Reader
 	// Limits may tighten or loosen the server's defaults within its
 	// ceilings; zero fields mean "the default".
 	Limits Limits
-	// Isolation is "runc", "gvisor", or "" for the server's default.
+	// CompileLimits, if set, are the compile phase's limits in place of
+	// Limits (the REST APIs give each phase its own: Piston's
+	// compile_timeout, Judge0's fixed compile limits).
+	CompileLimits *Limits
+	// Isolation is "runc", "gvisor", "wasm", or "" for the server's default.
 	Isolation string
+	// Image, if set, names an imported image (sandcell image import)
+	// whose root filesystem the run gets instead of the language's: the
+	// language's program (or Command) runs with the image's interpreter,
+	// compiler and environment. With neither a Language, Script nor
+	// Command, the image's own Entrypoint and Cmd run. The lock-down is
+	// the same as in a language's root.
+	Image string
 	// SessionID, if set, runs with the session's persistent /work.
 	SessionID string
 	// Dependencies are packages the run needs: their dependency layer is
@@ -38,8 +55,13 @@ type Request struct {
 	Dependencies []string
 	// Output, if set, receives the program's output while it runs. stream
 	// is "stdout" or "stderr", prefixed with "compile " in a compile
-	// phase. It is called from the capture goroutines and must not block.
+	// phase, or "setup" for what happens before (a layer build of a first
+	// use). It is called from the capture goroutines and must not block.
 	Output func(stream, text string)
+	// PhaseDone, if set, is called when a phase ended ("compile" or
+	// "run"), with its result, before the next phase starts (the Piston
+	// WebSocket's exit events). It is not called for a refused request.
+	PhaseDone func(phase string, p Phase)
 }
 
 // Limits are a run's limits in request units: milliseconds, MiB, counts

@@ -60,11 +60,24 @@ type Result struct {
 	// SessionID and Files are set for a run in a session: the session and
 	// what the run changed in its /work.
 	SessionID string       `json:"session_id,omitempty" jsonschema:"the session the run used"`
-	Files     []FileChange `json:"files,omitempty" jsonschema:"files of the session's /work that the run created, changed or deleted"`
+	Files     []FileChange `json:"files,omitempty" jsonschema:"files of the session's /work that the run created, changed or deleted (the first of them by path when files_summary is set)"`
+	// FilesSummary counts every change when Files lists only the first
+	// of them: a run that creates 100,000 files must not make a result
+	// of 100,000 entries (the MCP tools cap the list; issue #17).
+	FilesSummary *FileSummary `json:"files_summary,omitempty" jsonschema:"set when files lists only the first changes: the counts of all of them"`
 	// Notes are the limit adjustments the executor made (a request above
 	// a ceiling clamped to it). Not part of the JSON result: batch prints
 	// them beside it, the CLI and the server log them.
 	Notes []string `json:"-"`
+}
+
+// FileSummary counts the changes of a run whose list was cut.
+type FileSummary struct {
+	Total    int `json:"total" jsonschema:"every change the run made"`
+	Listed   int `json:"listed" jsonschema:"the changes listed in files"`
+	Created  int `json:"created" jsonschema:"entries created"`
+	Modified int `json:"modified" jsonschema:"entries modified"`
+	Deleted  int `json:"deleted" jsonschema:"entries deleted"`
 }
 
 // InternalError is the result of a run that sandcell failed: status

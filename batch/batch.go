@@ -81,6 +81,11 @@ type Output struct {
 	Verdict string   `json:"verdict,omitempty"`
 	Error   string   `json:"error,omitempty"`
 	Notes   []string `json:"notes,omitempty"`
+	// Started and Finished are when the line began and ended (UTC): what
+	// `batch merge` computes a sharded batch's throughput from. Timings,
+	// like the result's: two runs of a line differ in them.
+	Started  time.Time `json:"started,omitzero"`
+	Finished time.Time `json:"finished,omitzero"`
 }
 
 // Key is the key of the job this output is for (its id, or "line N").
@@ -89,6 +94,40 @@ func (o Output) Key() string {
 		return o.ID
 	}
 	return fmt.Sprintf("line %d", o.Line)
+}
+
+// WithoutTimings is o without what two runs of one program measure
+// differently: when it ran, its wall and CPU time and its peak memory (of
+// each phase). Two batches of one input agree on everything else (a
+// sharded one merged and an unsharded one, say).
+func (o Output) WithoutTimings() Output {
+	o.Started, o.Finished = time.Time{}, time.Time{}
+	if o.Result != nil {
+		r := *o.Result
+		r.ExecutionTimeMS, r.CPUTimeMS, r.MemoryPeakBytes = 0, 0, 0
+		if r.Compile != nil {
+			c := *r.Compile
+			c.ExecutionTimeMS, c.CPUTimeMS, c.MemoryPeakBytes = 0, 0, 0
+			r.Compile = &c
+		}
+		o.Result = &r
+	}
+	return o
+}
+
+// VerdictKey is what a summary counts the output under: its verdict; for a
+// line without one "status S" (its run's status), or "error" for a line
+// that could not run.
+func (o Output) VerdictKey() string {
+	switch {
+	case o.Error != "":
+		return "error"
+	case o.Verdict != "":
+		return o.Verdict
+	case o.Result != nil:
+		return "status " + string(o.Status)
+	}
+	return "error"
 }
 
 // done reports whether a rerun may skip this output's line: it ran to a
@@ -235,17 +274,23 @@ func parseLine(n int, line []byte) Job {
 // each line's trailing spaces and tabs, a "\r" before a newline and
 // trailing newlines do not count (so "1 2\n" matches "1 2" and
 // "1 2 \r\n\n"). Leading and inner whitespace counts.
-func JudgeOutput(res api.Result, want string) string {
+func JudgeOutput(res api.Result, want string) string { return Verdict(res, &want) }
+
+// Verdict is JudgeOutput for a run with or without an expected output:
+// without one (want nil) stdout is not compared (Judge0's rule), and a
+// run that compiled and ended by itself with exit status 0 within its
+// limits is accepted.
+func Verdict(res api.Result, want *string) string {
 	if v := failureVerdict(res); v != "" {
 		return v
 	}
 	if res.Status != api.StatusOK {
 		return VerdictRuntimeError
 	}
-	if normalizeOutput(res.Stdout) == normalizeOutput(want) {
-		return VerdictAccepted
+	if want != nil && normalizeOutput(res.Stdout) != normalizeOutput(*want) {
+		return VerdictWrongAnswer
 	}
-	return VerdictWrongAnswer
+	return VerdictAccepted
 }
 
 // failureVerdict is the verdict of a run that did not end by itself
@@ -365,7 +410,7 @@ func HumanEval(path, langs, samplesPath string) ([]Job, error) {
 			continue
 		}
 		lang := prog.Language
-		j.Req = api.Request{Language: lang, Source: []byte(prog.Source)}
+		j.Req = api.Request{Language: prog.Run, Source: []byte(prog.Source)}
 		j.Judge = func(res api.Result) string { return JudgeHumanEval(lang, res) }
 		jobs = append(jobs, j)
 	}
@@ -486,13 +531,7 @@ func (b *Runner) Run(ctx context.Context, jobs []Job, outPath string) (Summary, 
 			_, writeErr = f.Write(append(line, '\n'))
 		}
 		sum.Written++
-		v := o.Verdict
-		switch {
-		case o.Error != "":
-			v = "error"
-		case v == "":
-			v = "status " + string(o.Status)
-		}
+		v := o.VerdictKey()
 		sum.Verdicts[v]++
 		b.Progress.add(v == VerdictAccepted || v == "status ok")
 	}
@@ -505,8 +544,9 @@ func (b *Runner) Run(ctx context.Context, jobs []Job, outPath string) (Summary, 
 }
 
 // One runs a job.
-func (b *Runner) One(ctx context.Context, j Job) Output {
-	o := Output{ID: j.ID, Line: j.Line, Language: j.Req.Language}
+func (b *Runner) One(ctx context.Context, j Job) (o Output) {
+	o = Output{ID: j.ID, Line: j.Line, Language: j.Req.Language, Started: time.Now().UTC()}
+	defer func() { o.Finished = time.Now().UTC() }()
 	if j.Err != nil {
 		o.Error = j.Err.Error()
 		return o

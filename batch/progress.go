@@ -3,38 +3,34 @@ package batch
 import (
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/sandcell/sandcell/internal/progress"
 )
 
-// Progress shows a batch's progress on stderr: a bar redrawn in place when
-// stderr is a terminal, else a plain line every interval (and at the end).
+// Progress shows a batch's progress on stderr (internal/progress: a bar on
+// a terminal, else a line every interval and at the end), with the rate,
+// the time left and the accepted count. A nil *Progress shows nothing.
 type Progress struct {
-	w        io.Writer
-	terminal bool
-	every    time.Duration
+	w     io.Writer
+	every time.Duration
 
-	mu                 sync.Mutex
-	total, n, accepted int
-	began, last        time.Time
-	stop               chan struct{}
-	stopped            sync.WaitGroup
+	mu          sync.Mutex
+	bar         *progress.Bar
+	total, n    int
+	accepted    int
+	began       time.Time
+	stop        chan struct{}
+	stopped     sync.WaitGroup
+	terminal    bool
+	lastRefresh time.Time
 }
 
+// NewProgress shows progress on w, a line every every (0: 10s) when w is
+// not a terminal.
 func NewProgress(w io.Writer, every time.Duration) *Progress {
-	p := &Progress{w: w, every: every}
-	if f, ok := w.(*os.File); ok {
-		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-		p.terminal = err == nil
-	}
-	if p.every <= 0 {
-		p.every = 10 * time.Second
-	}
-	return p
+	return &Progress{w: w, every: every, terminal: progress.IsTerminal(w)}
 }
 
 // start begins showing progress for total runs.
@@ -43,12 +39,14 @@ func (p *Progress) start(total int) {
 		return
 	}
 	p.mu.Lock()
-	p.total, p.began, p.last = total, time.Now(), time.Now()
+	p.total, p.began = total, time.Now()
+	p.bar = progress.New(p.w, "sandcell batch", total, p.every)
 	p.stop = make(chan struct{})
 	p.mu.Unlock()
+	// The rate and time left move without results too.
 	tick := p.every
-	if p.terminal {
-		tick = 500 * time.Millisecond // the ETA and rate move without results too
+	if p.terminal || tick <= 0 || tick > time.Second {
+		tick = time.Second
 	}
 	p.stopped.Add(1)
 	go func() {
@@ -60,9 +58,7 @@ func (p *Progress) start(total int) {
 			case <-p.stop:
 				return
 			case <-t.C:
-				p.mu.Lock()
-				p.draw(false)
-				p.mu.Unlock()
+				p.refresh()
 			}
 		}
 	}()
@@ -74,57 +70,40 @@ func (p *Progress) add(accepted bool) {
 		return
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.n++
 	if accepted {
 		p.accepted++
 	}
-	if p.terminal && time.Since(p.last) >= 100*time.Millisecond {
-		p.draw(false)
-	}
+	p.mu.Unlock()
+	p.refresh()
 }
 
-// finish draws the last state and stops.
-func (p *Progress) finish() {
-	if p == nil || p.stop == nil {
-		return
-	}
-	close(p.stop)
-	p.stopped.Wait()
+func (p *Progress) refresh() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.draw(true)
-}
-
-// draw writes the current state. Preconditions: p.mu held.
-func (p *Progress) draw(final bool) {
-	p.last = time.Now()
-	el := time.Since(p.began)
+	if p.bar == nil {
+		return
+	}
 	rate := 0.0
-	if el > 0 {
+	if el := time.Since(p.began); el > 0 {
 		rate = float64(p.n) / el.Seconds()
 	}
 	eta := "-"
 	if rate > 0 && p.n < p.total {
 		eta = (time.Duration(float64(p.total-p.n)/rate) * time.Second).Round(time.Second).String()
 	}
-	pct := 100.0
-	if p.total > 0 {
-		pct = 100 * float64(p.n) / float64(p.total)
-	}
-	status := fmt.Sprintf("%d/%d %5.1f%% %.2f/s eta %s, %d accepted, %d not", p.n, p.total, pct, rate, eta, p.accepted, p.n-p.accepted)
-	if !p.terminal {
-		fmt.Fprintf(p.w, "sandcell batch: %s, %s elapsed\n", status, el.Round(time.Second))
+	p.bar.Set(p.n, 0, fmt.Sprintf("%.2f/s, eta %s, %d accepted, %d not", rate, eta, p.accepted, p.n-p.accepted))
+}
+
+// finish shows the last state and stops.
+func (p *Progress) finish() {
+	if p == nil || p.stop == nil {
 		return
 	}
-	const width = 30
-	filled := width
-	if p.total > 0 {
-		filled = width * p.n / p.total
-	}
-	bar := strings.Repeat("#", filled) + strings.Repeat("-", width-filled)
-	fmt.Fprintf(p.w, "\r\033[K[%s] %s", bar, status)
-	if final {
-		fmt.Fprintln(p.w)
-	}
+	close(p.stop)
+	p.stopped.Wait()
+	p.refresh()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bar.Finish()
 }

@@ -71,10 +71,25 @@ type tsReport struct {
 		IsError bool   `json:"isError"`
 		Text    string `json:"text"`
 	} `json:"badLanguage"`
+	Resources struct {
+		URI       string `json:"uri"`
+		Listed    bool   `json:"listed"`
+		ListError string `json:"listError"`
+		Read      string `json:"read"`
+		ReadError string `json:"readError"`
+	} `json:"resources"`
+	Confirm struct {
+		IsError           bool   `json:"isError"`
+		NeedsConfirmation bool   `json:"needsConfirmation"`
+		Token             string `json:"token"`
+	} `json:"confirm"`
 	UnknownTool string `json:"unknownTool"`
 }
 
-func checkTSReport(t *testing.T, out string, code int, wantVersion string) {
+// checkTSReport checks a client's report; listed says whether
+// resources/list must list the session's file (not for stateless HTTP,
+// which has no client identity to list by).
+func checkTSReport(t *testing.T, out string, code int, wantVersion string, listed bool) {
 	t.Helper()
 	if code != 0 {
 		t.Fatalf("client exited %d", code)
@@ -86,7 +101,7 @@ func checkTSReport(t *testing.T, out string, code int, wantVersion string) {
 	if wantVersion != "" && r.ProtocolVersion != wantVersion {
 		t.Errorf("negotiated %q (era %q), want %s", r.ProtocolVersion, r.Era, wantVersion)
 	}
-	if len(r.Tools) != 12 || r.Tools[0] != "execute_code" { // install_dependencies last
+	if n := len(r.Tools); n != 14 || r.Tools[0] != "execute_code" || r.Tools[n-1] != "restart_kernel" { // the kernel tools last
 		t.Errorf("tools %v", r.Tools)
 	}
 	if r.Python.IsError || r.Python.Stdout != "cba" || r.Python.Status != "ok" {
@@ -100,6 +115,14 @@ func checkTSReport(t *testing.T, out string, code int, wantVersion string) {
 	}
 	if r.UnknownTool == "no error" {
 		t.Error("unknown tool was not a protocol error")
+	}
+	// Issue #17: reads refused in the 2026-07-28 era (no ttlMs/cacheScope),
+	// session files not listed there, the confirm token only in prose.
+	if res := r.Resources; res.URI == "" || res.Read != "noted" || res.ReadError != "" || res.ListError != "" || res.Listed != listed {
+		t.Errorf("session file as a resource: %+v, want it read (and listed: %v)", res, listed)
+	}
+	if c := r.Confirm; !c.IsError || !c.NeedsConfirmation || !strings.HasPrefix(c.Token, "ct_") {
+		t.Errorf("close_session's first call: %+v, want needs_confirmation and the confirm_token structured", c)
 	}
 }
 
@@ -116,13 +139,13 @@ func TestTypeScriptSDK(t *testing.T) {
 		t.Run(tc.sdk+"-"+tc.mode+"-stdio", func(t *testing.T) {
 			cmd := sandcellCommand(t)
 			out, code := runNode(t, 2*time.Minute, append([]string{"node/client.mjs", tc.sdk, tc.mode}, cmd.Args...)...)
-			checkTSReport(t, out, code, tc.version)
+			checkTSReport(t, out, code, tc.version, true)
 		})
 		t.Run(tc.sdk+"-"+tc.mode+"-http", func(t *testing.T) {
 			addr := freeAddr(t)
 			startServer(t, sandcellCommand(t, "--http", addr), addr)
 			out, code := runNode(t, 2*time.Minute, "node/client.mjs", tc.sdk, tc.mode, "http://"+addr+"/mcp")
-			checkTSReport(t, out, code, tc.version)
+			checkTSReport(t, out, code, tc.version, tc.mode != "auto")
 		})
 	}
 }

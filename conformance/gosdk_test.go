@@ -35,8 +35,9 @@ func exerciseSandcell(t *testing.T, ctx context.Context, cs *mcp.ClientSession, 
 	if err != nil {
 		t.Fatalf("ListTools: %v", err)
 	}
-	if len(tools.Tools) != 12 || tools.Tools[0].Name != "execute_code" {
-		t.Fatalf("%d tools, first %q; want 12 (install_dependencies last), execute_code first", len(tools.Tools), tools.Tools[0].Name)
+	if n := len(tools.Tools); n != 14 || tools.Tools[0].Name != "execute_code" || tools.Tools[n-1].Name != "restart_kernel" {
+		t.Fatalf("%d tools, first %q, last %q; want 14, execute_code first, restart_kernel last (the kernel tools after install_dependencies)",
+			n, tools.Tools[0].Name, tools.Tools[n-1].Name)
 	}
 	for _, tool := range tools.Tools {
 		if a := tool.Annotations; a == nil || a.DestructiveHint == nil || a.OpenWorldHint == nil {
@@ -88,6 +89,55 @@ func exerciseSandcell(t *testing.T, ctx context.Context, cs *mcp.ClientSession, 
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "nope", Arguments: map[string]any{}}); err == nil {
 		t.Error("an unknown tool was not a protocol error")
 	}
+
+	// Issue #17: in the 2026-07-28 era the SDK sends ping and
+	// logging/setLevel without _meta; HTTP answered 400, stdio accepted.
+	// One answer now: ping is answered, setLevel (not in that era) is an
+	// error that names where the level goes.
+	if err := cs.Ping(ctx, nil); err != nil {
+		t.Errorf("Ping: %v", err)
+	}
+	err = cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"})
+	switch {
+	case wantVersion < "2026-07-28" && err != nil:
+		t.Errorf("SetLoggingLevel: %v", err)
+	case wantVersion >= "2026-07-28" && (err == nil || !strings.Contains(err.Error(), "logLevel")):
+		t.Errorf("SetLoggingLevel in the stateless era: %v, want an error naming _meta logLevel", err)
+	}
+}
+
+// exerciseSessionFiles: a session's file is listed (where the client has
+// an identity: stdio, or an HTTP session) and read as a resource.
+func exerciseSessionFiles(t *testing.T, ctx context.Context, cs *mcp.ClientSession, listed bool) {
+	t.Helper()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_session", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatalf("create_session: %v %+v", err, res)
+	}
+	var sess struct {
+		SessionID string `json:"session_id"`
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	json.Unmarshal(b, &sess)
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"session_id": sess.SessionID, "path": "notes.txt", "content": "noted"}}); err != nil {
+		t.Fatalf("write_file: %v", err)
+	}
+	uri := "sandbox://" + sess.SessionID + "/notes.txt"
+	list, err := cs.ListResources(ctx, nil)
+	if err != nil {
+		t.Fatalf("ListResources: %v", err)
+	}
+	found := false
+	for _, r := range list.Resources {
+		found = found || r.URI == uri
+	}
+	if found != listed {
+		t.Errorf("ListResources lists %s: %v, want %v", uri, found, listed)
+	}
+	read, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+	if err != nil || len(read.Contents) != 1 || read.Contents[0].Text != "noted" {
+		t.Errorf("ReadResource %s: %v %+v", uri, err, read)
+	}
 }
 
 func TestGoSDKStdio(t *testing.T) {
@@ -101,6 +151,7 @@ func TestGoSDKStdio(t *testing.T) {
 				t.Fatalf("Connect over stdio: %v", err)
 			}
 			exerciseSandcell(t, ctx, cs, mode.version)
+			exerciseSessionFiles(t, ctx, cs, true)
 			if err := cs.Close(); err != nil {
 				t.Errorf("Close (the server must exit on EOF): %v", err)
 			}
@@ -120,6 +171,7 @@ func TestGoSDKHTTP(t *testing.T) {
 				t.Fatalf("Connect over HTTP: %v", err)
 			}
 			exerciseSandcell(t, ctx, cs, mode.version)
+			exerciseSessionFiles(t, ctx, cs, mode.version < "2026-07-28")
 			if err := cs.Close(); err != nil {
 				t.Errorf("Close: %v", err)
 			}

@@ -434,3 +434,101 @@ func TestRootlessMCPSession(t *testing.T) {
 		t.Errorf("list_languages: %+v", langs)
 	}
 }
+
+// TestRootlessNoUserNS: a host that refuses user namespaces (as Ubuntu's
+// AppArmor restriction does for an unconfined program, or a container's
+// seccomp profile): the test runs sandcell as the user under a seccomp
+// filter that refuses them (testdata/nouserns.c). sandcell then has no
+// kernel sandbox: doctor says why and what works, isolation wasm runs
+// (ruby, no compile phase) with its limits, and runc, gVisor and the
+// compiled languages under wasm refuse with the reason.
+func TestRootlessNoUserNS(t *testing.T) {
+	e := newRootlessEnv(t)
+	wrapper := filepath.Join(binDir, "nouserns")
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-o", wrapper, "testdata/nouserns.c").CombinedOutput(); err != nil {
+		t.Fatalf("building the wrapper: %v\n%s", err, out)
+	}
+	os.Chmod(wrapper, 0o755)
+	// sandcell ARGS... as the user under the filter.
+	sandcell := func(args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		cmd := e.command(args...)
+		cmd.Path, cmd.Args = wrapper, append([]string{wrapper, e.bin}, args...)
+		var o, s bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &s
+		err := cmd.Run()
+		code = cmd.ProcessState.ExitCode()
+		if err != nil && code < 0 {
+			t.Fatalf("sandcell %v: %v", args, err)
+		}
+		return o.String(), s.String(), code
+	}
+
+	out, _, _ := sandcell("doctor", "--json")
+	var rep struct {
+		Checks []struct {
+			Name, Detail, Fix string
+			OK                bool
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	checks := map[string]string{}
+	for _, c := range rep.Checks {
+		checks[c.Name] = fmt.Sprintf("ok=%v %s fix: %s", c.OK, c.Detail, c.Fix)
+	}
+	for name, want := range map[string][]string{
+		"tier":            {"ok=false", "only isolation wasm runs"},
+		"user namespaces": {"ok=false", "refused for this user", "operation not permitted", "seccomp filter", "what works: isolation wasm (ruby)", "--isolation wasm"},
+		"wasm":            {"ok=true", "no kernel feature needed", "ruby"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(checks[name], w) {
+				t.Errorf("doctor's %s check lacks %q: %s", name, w, checks[name])
+			}
+		}
+	}
+
+	// wasm works, with its limits (the default isolation here).
+	res := func(args ...string) rootlessResult {
+		t.Helper()
+		out, stderr, _ := sandcell(append([]string{"run", "--json"}, args...)...)
+		var r rootlessResult
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("sandcell run %v: %v\nstdout %s\nstderr %s", args, err, out, stderr)
+		}
+		return r
+	}
+	r := res("--lang", "ruby", "--code", `puts "hello from #{RUBY_ENGINE} #{RUBY_VERSION}"; STDERR.puts ENV["HOME"]; exit 3`)
+	if r.Status != "error" || r.ExitCode != 3 || !strings.HasPrefix(r.Stdout, "hello from ruby 3.4") || r.Stderr != "/work\n" {
+		t.Fatalf("ruby under wasm without user namespaces: %+v", r)
+	}
+	if r.LimitsEnforced["memory"] != "linear memory cap" || r.LimitsEnforced["timeout"] == "" {
+		t.Errorf("limits_enforced: %v", r.LimitsEnforced)
+	}
+	if r := res("--lang", "ruby", "--isolation", "wasm", "--timeout", "1s", "--code", "loop { }"); r.Status != "timeout" {
+		t.Errorf("an endless loop: %+v", r)
+	}
+
+	// The others refuse, saying why.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lang", "python", "--isolation", "runc"}, "isolation runc needs user namespaces, which this host refuses"},
+		{[]string{"--lang", "python", "--isolation", "gvisor"}, "isolation gvisor needs user namespaces, which this host refuses"},
+		{[]string{"--lang", "python"}, "not offered under wasm"},
+		{[]string{"--lang", "c", "--isolation", "wasm"}, "runs in a runc sandbox, and this host cannot start one"},
+	} {
+		_, stderr, code := sandcell(append(append([]string{"run"}, c.args...), "--code", "print(1)")...)
+		if code == 0 || !strings.Contains(stderr, c.want) || !strings.Contains(stderr, "operation not permitted") && !strings.Contains(c.want, "not offered") {
+			t.Errorf("run %v: exit %d, stderr %q; want a refusal saying %q and why", c.args, code, stderr, c.want)
+		}
+	}
+	// Nothing of the runs is left in the user's state directory.
+	runs, _ := filepath.Glob(filepath.Join(e.dir, "tmp", "sandcell-*", "*", "runs", "*"))
+	if len(runs) > 0 {
+		t.Errorf("run state left: %v", runs)
+	}
+}

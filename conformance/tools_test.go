@@ -252,8 +252,30 @@ sys.stdout.buffer.write(b"\x1b[31mred\x1b[0m \x1b]0;title\x07\x1b[2Jok\x00\r\n\x
 	for _, e := range entries.Entries {
 		paths = append(paths, e.Path+":"+e.Type)
 	}
-	if got := strings.Join(paths, " "); !strings.Contains(got, "out/report.txt:file") || !strings.Contains(got, "tools/greet.py:file") || !strings.Contains(got, "main.py:file") {
-		t.Errorf("list_files: %s", got)
+	// The program's source is not left behind in the session (issue #17).
+	if got := strings.Join(paths, " "); !strings.Contains(got, "out/report.txt:file") || !strings.Contains(got, "tools/greet.py:file") || strings.Contains(got, "main.py") {
+		t.Errorf("list_files: %s, want the run's files and no main.py", got)
+	}
+	// Nor does it replace a user's file of its name: the run is refused.
+	if res := c.call(ctx, "write_file", map[string]any{"session_id": sess, "path": "main.py", "content": "print('mine')\n"}); res.IsError {
+		t.Fatalf("write_file main.py: %s", text(res))
+	}
+	if res := c.call(ctx, "execute_code", map[string]any{"language": "python", "session_id": sess, "source": "print('theirs')"}); !res.IsError || !strings.Contains(text(res), "run_script") {
+		t.Errorf("execute_code in a session that has main.py: %s, want refused (naming run_script)", text(res))
+	}
+	if got, _ := c.readFile(ctx, sess, "main.py"); got != "print('mine')\n" {
+		t.Errorf("the user's main.py became %q", got)
+	}
+	if r := c.run(ctx, "run_script", map[string]any{"session_id": sess, "path": "main.py"}); r.Stdout != "mine\n" {
+		t.Errorf("run_script main.py: %+v", r)
+	}
+	// A compiled language's source goes too (its build output is the
+	// run's).
+	csess := c.createSession(ctx, "c")
+	if r := c.run(ctx, "execute_code", map[string]any{"language": "c", "session_id": csess, "source": "#include <stdio.h>\nint main(void){puts(\"c ok\");return 0;}\n"}); r.Status != "ok" || r.Stdout != "c ok\n" {
+		t.Errorf("c in a session: %+v", r)
+	} else if _, res := c.readFile(ctx, csess, "main.c"); !res.IsError {
+		t.Error("main.c was left in the session")
 	}
 	var langs struct {
 		Languages []struct {

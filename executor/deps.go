@@ -138,6 +138,9 @@ func (e *Executor) installer(lang rootfs.Language) (rootfs.Installer, string, []
 	if e.opts.Deps.Off {
 		return rootfs.Installer{}, "", nil, fmt.Errorf("%w on this server", ErrInstallsOff)
 	}
+	if e.opts.NoKernelSandbox != "" {
+		return rootfs.Installer{}, "", nil, fmt.Errorf("%w: packages are installed in a runc sandbox, and this host cannot start one (%s)", ErrInstallsOff, e.opts.NoKernelSandbox)
+	}
 	inst, err := rootfs.InstallerFor(lang.Name)
 	if err != nil {
 		return rootfs.Installer{}, "", nil, err
@@ -187,7 +190,7 @@ func (e *Executor) dependencies(ctx context.Context, lang rootfs.Language, reqs 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := e.root(ctx, lang); err != nil {
+	if _, err := e.root(ctx, lang, nil); err != nil {
 		return nil, err
 	}
 	stackID, err := e.store.StackID(lang)
@@ -227,7 +230,7 @@ func positiveOr[T int64 | time.Duration](v, def T) T {
 // installer's layer, in network mode egress, writing to dir (mounted at
 // rootfs.DepsDir). It returns the package manager's output.
 func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst rootfs.Installer, index string, allow, reqs []string, dir string, maxBytes int64) (string, error) {
-	root, err := e.root(ctx, inst.Layer())
+	root, err := e.root(ctx, inst.Layer(), nil)
 	if err != nil {
 		return "", err
 	}
@@ -235,7 +238,7 @@ func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst ro
 	if err != nil {
 		return "", err
 	}
-	proxy, err := egress.New(egress.Config{Allow: allow, Hosts: e.opts.Deps.Hosts, Logger: e.log,
+	proxy, err := egress.New(egress.Config{Allow: allow, Hosts: e.opts.Deps.Hosts, Logger: e.log, Refused: e.opts.Deps.EgressRefused,
 		Labels: []any{"language", lang.Name, "installer", inst.Name}})
 	if err != nil {
 		return "", err
@@ -266,7 +269,7 @@ func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst ro
 	res, err := oci.Run(ctx, e.rt, &oci.Request{Root: root, Args: argv, Env: env, Limits: lim, Egress: socket,
 		Mounts: []oci.Mount{{Source: dir, Destination: rootfs.DepsDir, Writable: true}}})
 	out := strings.TrimSpace(res.Stdout + "\n" + res.Stderr)
-	e.log.Info("install ran", "language", lang.Name, "requirements", reqs, "status", res.Status, "exit_code", res.ExitCode, "ms", time.Since(start).Milliseconds())
+	e.log.InfoContext(ctx, "install ran", "language", lang.Name, "requirements", reqs, "status", res.Status, "exit_code", res.ExitCode, "ms", time.Since(start).Milliseconds())
 	if err != nil {
 		return out, err
 	}
@@ -274,6 +277,11 @@ func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst ro
 		msg := res.Message
 		if msg == "" {
 			msg = fmt.Sprintf("exit code %d", res.ExitCode)
+		}
+		// pip and npm show only their side of a refusal ("Tunnel
+		// connection failed: 403"): say what the proxy refused and why.
+		if r := proxy.Refusals(); len(r) > 0 {
+			msg += "; the egress proxy refused: " + strings.Join(r, "; ") + " (allowlisted: " + strings.Join(allow, ", ") + ")"
 		}
 		return out, fmt.Errorf("%s install of %s failed (%s: %s); its output (untrusted):\n%s", inst.Name, strings.Join(reqs, " "), res.Status, msg, Tail(out, 4000))
 	}

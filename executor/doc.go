@@ -1,7 +1,8 @@
 // Package executor runs one request: it resolves the language once, merges
 // the language's phase limits into the request's, picks the runtime (runc,
-// a warm pool of it, or gVisor) and runs the compile and run phases, each
-// in a fresh sandbox of package oci. Every caller runs programs through
+// a warm pool of it, gVisor, or package wasm's: a module in this process)
+// and runs the compile and run phases, each in a fresh sandbox of an
+// oci.Runtime. Every caller runs programs through
 // it: `sandcell run`, batch, the benchmark harness and the MCP tools (by
 // way of package service).
 //

@@ -16,4 +16,7 @@ var (
 	ErrLanguage = api.Invalid("language not given")
 	// ErrInstallsOff: package installs are turned off on this server.
 	ErrInstallsOff = api.Invalid("package installs are turned off")
+	// ErrImage: a request in an imported image that cannot run there (no
+	// program given and none in the image, dependencies asked for).
+	ErrImage = api.Invalid("cannot run in the image")
 )

@@ -13,10 +13,12 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
 	"github.com/sandcell/sandcell/seccomp"
+	"github.com/sandcell/sandcell/wasm"
 )
 
 // Options configure an Executor. package config fills them from the
@@ -45,9 +47,16 @@ type Options struct {
 	// user's delegated cgroup (or rlimits) allow: see Tier.
 	Rootless    bool
 	RootlessUID int
-	// Isolation is the backend a request gets when it names none: "runc"
-	// or "gvisor".
+	// Isolation is the backend a request gets when it names none: "runc",
+	// "gvisor" or "wasm".
 	Isolation string
+	// NoKernelSandbox, if set, says why this host gives this user no
+	// kernel sandbox (user namespaces refused): then only isolation wasm
+	// runs, this process needs no privilege, and runc and gVisor requests
+	// are refused with this reason. WasmCache keeps compiled modules
+	// across processes ("": in memory only).
+	NoKernelSandbox string
+	WasmCache       string
 	// Runsc is the runsc binary ("": PATH's); RunscPlatform its platform
 	// ("": systrap when offered, else ptrace); kvm only with
 	// RunscAllowKVM, as it hangs on hosts that cannot run it.
@@ -70,6 +79,9 @@ type Options struct {
 	ForkServer bool
 	// Deps configures package installs (deps.go).
 	Deps DepsOptions
+	// Observe, if set, is told of every request Execute finished (ran or
+	// refused): the server's metrics. It must return quickly.
+	Observe func(Event)
 	// Logger receives the executor's logs (nil: discarded).
 	Logger *slog.Logger
 }
@@ -95,10 +107,29 @@ type DepsOptions struct {
 	// (a local mirror), since the proxy refuses names that DNS resolves
 	// to one (DNS rebinding).
 	Hosts map[string][]netip.Addr
+	// EgressRefused, if set, is told of each connection an install's
+	// proxy refused ("refused") or failed ("failed"): the metrics.
+	EgressRefused func(kind string) `json:"-"`
+}
+
+// Event is one request as Execute saw it.
+type Event struct {
+	// Language is the language's canonical name ("" when the request
+	// named none the catalogue has); Isolation the backend (runc, gvisor).
+	Language, Isolation string
+	// Status is the run's verdict; "" when the request was refused, and
+	// Refused then says why: "invalid" (api.ErrInvalid), "busy"
+	// (api.ErrBusy), "cancelled" (the caller gave up while it waited), or
+	// "failed" (anything else: a layer build, an install).
+	Status  api.Status
+	Refused string
+	// Wall is the whole request; Queue the part of it spent waiting for
+	// admission (Request.Admit).
+	Wall, Queue time.Duration
 }
 
 // Isolations are the backends a request can choose.
-var Isolations = []string{"runc", "gvisor"}
+var Isolations = []string{"runc", "gvisor", "wasm"}
 
 // Executor runs requests. It owns the sandbox runtimes of one sandcell
 // instance: its libcontainer state, its cgroup parent, the warm pool and
@@ -117,6 +148,11 @@ type Executor struct {
 	gvOnce sync.Once
 	gv     *oci.Runsc // nil when runsc is not usable; gvErr says why
 	gvErr  error
+	// The wasm backend, made on first use (wasm.go); rt is nil on a host
+	// without a kernel sandbox, where it is the only one.
+	wasmOnce sync.Once
+	wasm     *wasm.Runtime
+	wasmErr  error
 }
 
 // Open wires the runtimes and removes what dead instances left behind
@@ -131,6 +167,9 @@ func Open(opts Options) (*Executor, error) {
 	}
 	if opts.Store == nil {
 		return nil, errors.New("executor: no layer store")
+	}
+	if opts.NoKernelSandbox != "" {
+		return openWasmOnly(&Executor{opts: opts, log: log, store: opts.Store, tier: limits.TierNone})
 	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("sandcell must run as root or in its rootless user namespace")
@@ -200,11 +239,17 @@ func Open(opts Options) (*Executor, error) {
 // Close destroys the warm pool's containers and every container still
 // running, and releases the instance.
 func (e *Executor) Close() error {
-	var err error
+	var errs []error
 	if e.pool != nil {
-		err = e.pool.Close()
+		errs = append(errs, e.pool.Close())
 	}
-	return errors.Join(err, e.rt.Close())
+	if e.wasm != nil {
+		errs = append(errs, e.wasm.Close())
+	}
+	if e.rt != nil {
+		errs = append(errs, e.rt.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Store is the layer store.
@@ -215,7 +260,12 @@ func (e *Executor) Tier() limits.Tier { return e.tier }
 
 // SandboxIDs are the host uid and gid that a sandbox's user maps to: the
 // owner of the files a run writes (a session's workspace).
-func (e *Executor) SandboxIDs() (uid, gid uint32) { return e.rt.SandboxIDs() }
+func (e *Executor) SandboxIDs() (uid, gid uint32) {
+	if e.rt == nil {
+		return ownIDs()
+	}
+	return e.rt.SandboxIDs()
+}
 
 // Runtime is the libcontainer backend itself, without the warm pool (the
 // benchmark harness writes bundles with its Host).
@@ -225,7 +275,7 @@ func (e *Executor) Runtime() *oci.Libcontainer { return e.rt }
 // built first if they are missing and Options.AutoBuild is set (the
 // benchmark harness runs the same root on the bare host).
 func (e *Executor) Root(ctx context.Context, lang rootfs.Language) (string, error) {
-	return e.root(ctx, lang)
+	return e.root(ctx, lang, nil)
 }
 
 // Seccomp is the filter of every runc sandbox.

@@ -38,7 +38,7 @@ func ownStateDir(dir string) error {
 		return err
 	}
 	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR || st.Uid != uint32(os.Getuid()) || st.Mode&0o022 != 0 {
-		return fmt.Errorf("state directory %s is not a directory of this user writable only by it: remove it, or set --state-dir", dir)
+		return fmt.Errorf("%s is not a directory of this user writable only by it: remove it, or set --state-dir or --home", dir)
 	}
 	return nil
 }

@@ -52,7 +52,12 @@ func (e *Executor) gvisor() (*oci.Runsc, error) {
 
 // Gvisor is the gVisor backend, made on first use (the benchmark harness
 // and doctor ask for it).
-func (e *Executor) Gvisor() (*oci.Runsc, error) { return e.gvisor() }
+func (e *Executor) Gvisor() (*oci.Runsc, error) {
+	if e.opts.NoKernelSandbox != "" {
+		return nil, e.noKernel("gvisor")
+	}
+	return e.gvisor()
+}
 
 // runtime decides which backend runs a request: the isolation it names
 // ("" : the server's default), through the warm pool for runc unless
@@ -62,7 +67,12 @@ func (e *Executor) runtime(isolation string, fresh, direct bool) (oci.Runtime, e
 	if isolation == "" {
 		isolation = e.opts.Isolation
 	}
+	if e.opts.NoKernelSandbox != "" && (isolation == "runc" || isolation == "gvisor") {
+		return nil, e.noKernel(isolation)
+	}
 	switch isolation {
+	case "wasm":
+		return e.wasmRuntime()
 	case "runc":
 		switch {
 		case direct:

@@ -88,9 +88,13 @@ func (c *confirmer) confirm(ctx context.Context, req *CallToolRequest, want conf
 	if err != nil {
 		return nil, err
 	}
-	return errorResult("%s would permanently %s. To confirm, call %s again with the same arguments and "+
+	// The token is in the output schema too (issue #17: it was only in
+	// prose, and structuredContent said {"session_id":"","done":""}).
+	res := errorResult("%s would permanently %s. To confirm, call %s again with the same arguments and "+
 		"confirm_token %q (valid once, for %d minutes). Nothing was changed yet.",
-		req.Name, what, req.Name, tok, int(c.ttl.Minutes())), nil
+		req.Name, what, req.Name, tok, int(c.ttl.Minutes()))
+	res.StructuredContent = doneOutput{SessionID: want.session, NeedsConfirmation: true, ConfirmToken: tok}
+	return res, nil
 }
 
 // confirmStateless asks with an input_required result, or reads the

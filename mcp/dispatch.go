@@ -26,8 +26,10 @@ type method struct {
 	preInit, legacy bool
 	// eras the method exists in.
 	handshake, stateless bool
-	// list results carry ttlMs and cacheScope in the stateless era.
-	list bool
+	// cache is the cacheScope of the result in the stateless era
+	// ("public", or "private" for what depends on the client: its
+	// sessions' files), which then carries ttlMs too; "": neither.
+	cache string
 }
 
 // methods is the dispatch table: every request method of every era, and
@@ -40,19 +42,22 @@ func init() {
 	methods = map[string]method{
 		"initialize":       handshakeOnly(method{handle: handleInitialize, preInit: true}),
 		"ping":             handshakeOnly(method{handle: handlePing, preInit: true}),
-		"server/discover":  {handle: handleDiscover, stateless: true, list: true},
+		"server/discover":  {handle: handleDiscover, stateless: true, cache: "public"},
 		"logging/setLevel": handshakeOnly(method{handle: handleSetLevel}),
 
-		"tools/list": both(method{handle: handleListTools, list: true}),
+		"tools/list": both(method{handle: handleListTools, cache: "public"}),
 		"tools/call": both(method{handle: handleCallTool, async: true}),
 
-		"resources/list":           both(method{handle: handleListResources, list: true}),
-		"resources/templates/list": both(method{handle: handleListTemplates, list: true}),
-		"resources/read":           both(method{handle: handleReadResource, async: true}),
+		// Session files are the client's own: private (issue #17: reads
+		// lacked ttlMs and cacheScope, and the TypeScript SDK v2 refused
+		// them).
+		"resources/list":           both(method{handle: handleListResources, cache: "private"}),
+		"resources/templates/list": both(method{handle: handleListTemplates, cache: "public"}),
+		"resources/read":           both(method{handle: handleReadResource, async: true, cache: "private"}),
 		"resources/subscribe":      handshakeOnly(method{handle: handleSubscribe}),
 		"resources/unsubscribe":    handshakeOnly(method{handle: handleUnsubscribe}),
 
-		"prompts/list":        both(method{handle: handleListPrompts, list: true}),
+		"prompts/list":        both(method{handle: handleListPrompts, cache: "public"}),
 		"prompts/get":         both(method{handle: handleGetPrompt, async: true}),
 		"completion/complete": both(method{handle: handleComplete}),
 
@@ -126,6 +131,25 @@ func readEra(params json.RawMessage) (requestEra, *Error) {
 	return era, nil
 }
 
+// notInitialized refuses a handshake-era request before initialize. A
+// client that speaks the stateless era (it sent server/discover or other
+// requests naming 2026-07-28, or on HTTP the protocol version header) and
+// left _meta out is told what the era wants instead: the same answer on
+// every transport (issue #17: the Go SDK sends logging/setLevel without
+// _meta; HTTP refused it with a bare 400, stdio with "send initialize").
+// ping is answered at any time, _meta or not (preInit).
+func notInitialized(method string, statelessClient bool) *Error {
+	if !statelessClient {
+		return errorf(CodeInvalidRequest, "session not initialized: send initialize first (or name protocol %s in _meta)", Version20260728)
+	}
+	if row := methods[method]; !row.stateless {
+		return errorf(CodeMethodNotFound, "method %s does not exist in protocol %s, which this client uses (its requests name it in _meta); "+
+			"the log level goes in each request's _meta[%q], and resource changes are seen by listing again", truncate(method, 100), Version20260728, MetaLogLevel)
+	}
+	return errorf(CodeInvalidRequest, "%s without _meta[%q]: this client uses protocol %s, whose every request names the version and carries _meta[%q]",
+		truncate(method, 100), MetaProtocolVersion, Version20260728, MetaClientCapabilities)
+}
+
 func unsupportedVersion(v string) *Error {
 	return &Error{
 		Code:    CodeUnsupportedProtocolVersion,
@@ -163,13 +187,17 @@ func (ss *Session) handleRequest(m *message, r replier) {
 	}
 	ss.mu.Lock()
 	initialized := ss.initialized
+	if era.stateless {
+		ss.statelessClient = true
+	}
+	statelessClient := ss.statelessClient && !initialized
 	ss.mu.Unlock()
 	if !era.stateless && !initialized && !row.preInit {
-		fail(errorf(CodeInvalidRequest, "session not initialized: send initialize first (or name protocol %s in _meta)", Version20260728))
+		fail(notInitialized(m.Method, statelessClient))
 		return
 	}
 
-	ctx, cancel := context.WithCancel(ss.ctx)
+	ctx, cancel := context.WithCancel(withRequestID(ss.ctx))
 	ex := &exchange{
 		ss: ss, id: m.ID, method: m.Method, r: r, ctx: ctx, cancel: cancel,
 		stateless: era.stateless, version: era.version, caps: era.caps, level: era.level, meta: era.meta,
@@ -212,7 +240,7 @@ func (ss *Session) handleRequest(m *message, r replier) {
 		}()
 		res, err := row.handle(ctx, ex, m.Params)
 		if err == nil && era.stateless {
-			res, err = statelessResult(res, row.list, ss.srv.opts.ListTTLMs)
+			res, err = statelessResult(res, row.cache, ss.srv.opts.ListTTLMs)
 		}
 		ex.finish(res, err)
 	}
@@ -245,8 +273,8 @@ func (ss *Session) handleRequest(m *message, r replier) {
 
 // statelessResult adds the stateless era's result fields: resultType on
 // every result ("complete" unless a tool asked for input), ttlMs and
-// cacheScope on lists.
-func statelessResult(res any, list bool, ttl int) (any, error) {
+// cacheScope on those of methods with a cache scope.
+func statelessResult(res any, cache string, ttl int) (any, error) {
 	b, err := json.Marshal(res)
 	if err != nil {
 		return nil, err
@@ -261,9 +289,9 @@ func statelessResult(res any, list bool, ttl int) (any, error) {
 			fields["resultType"] = json.RawMessage(`"input_required"`)
 		}
 	}
-	if list {
+	if cache != "" {
 		fields["ttlMs"], _ = json.Marshal(ttl)
-		fields["cacheScope"] = json.RawMessage(`"public"`)
+		fields["cacheScope"], _ = json.Marshal(cache)
 	}
 	return fields, nil
 }
@@ -283,9 +311,9 @@ func handleInitialize(_ context.Context, ex *exchange, params json.RawMessage) (
 		version = LatestHandshakeVersion // not an error: the client decides
 	}
 	ss.mu.Lock()
-	if ss.initialized && ss.transport == "http" {
+	if ss.initialized {
 		ss.mu.Unlock()
-		return nil, errorf(CodeInvalidRequest, "session already initialized")
+		return nil, errorf(CodeInvalidRequest, "session already initialized (as protocol %s): initialize once per session; a new session needs a new connection, or on HTTP an initialize without Mcp-Session-Id", ss.version)
 	}
 	ss.initialized, ss.version, ss.caps, ss.client = true, version, p.Capabilities, p.ClientInfo
 	ss.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -64,6 +65,7 @@ func (f *fakeExecutor) cancelCount() int {
 func testServer(t testing.TB) (*Server, *fakeExecutor) {
 	t.Helper()
 	s := NewServer(&Options{Name: "sandcell-test", Version: "0.0.1"})
+	s.random = rand.NewChaCha8([32]byte{}) // golden transcripts: the same fence tags every time
 	fe := &fakeExecutor{started: make(chan struct{}, 8)}
 	AddExecuteCode(s, fe, &ExecuteToolOptions{Languages: []string{"fake"}, ProgressEvery: 20 * time.Millisecond})
 	type confirmIn struct {

@@ -8,11 +8,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -39,8 +41,20 @@ type HTTPOptions struct {
 	AuthToken string
 	// SessionIdle ends handshake-era sessions unused for this long (0: 1h).
 	SessionIdle time.Duration
-	// MaxSessions caps the live sessions (0: 1000); then 503.
-	MaxSessions int
+	// MaxSessions caps the live sessions (0: 1000) and
+	// MaxSessionsPerClient those of one client, by remote address (0:
+	// MaxSessions/10, at least 1). A new session past either cap takes
+	// the place of the least recently used idle one (of that client, for
+	// its own cap): no client locks the others out by opening sessions and
+	// leaving them (issue #17: the table was swept only of sessions idle
+	// for an hour). Only when every session in the way is busy (a request
+	// in flight, a GET stream open) is the new one refused, with 503.
+	// Loopback clients all count as one.
+	MaxSessions          int
+	MaxSessionsPerClient int
+	// BodyTimeout bounds the reading of a POST body (0: 30s): a client
+	// that sends it slowly does not hold the connection for ever (408).
+	BodyTimeout time.Duration
 }
 
 // NewHTTPHandler makes the Streamable HTTP transport on one endpoint (mount
@@ -60,6 +74,12 @@ func NewHTTPHandler(s *Server, opts *HTTPOptions) *HTTPHandler {
 	if h.opts.MaxSessions <= 0 {
 		h.opts.MaxSessions = 1000
 	}
+	if h.opts.MaxSessionsPerClient <= 0 {
+		h.opts.MaxSessionsPerClient = max(h.opts.MaxSessions/10, 1)
+	}
+	if h.opts.BodyTimeout <= 0 {
+		h.opts.BodyTimeout = 30 * time.Second
+	}
 	return h
 }
 
@@ -74,7 +94,8 @@ type HTTPHandler struct {
 
 // httpSession is a handshake-era session and its optional GET stream.
 type httpSession struct {
-	ss *Session
+	ss     *Session
+	client string // the remote host (clientOf)
 
 	mu       sync.Mutex
 	get      chan []byte // the GET stream's queue; nil when none is open
@@ -103,15 +124,49 @@ const (
 	headerName            = "Mcp-Name"
 )
 
-func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// Check applies the endpoint's Origin, Host and token rules to r, as
+// ServeHTTP does: 0 when r may go on, else the HTTP status (403: a
+// foreign Origin or Host, DNS rebinding; 401: no or a wrong token) and
+// why. The other endpoints of the listener (the REST adapters) are
+// guarded by it, so that one set of rules covers them all; a 401 answer
+// should carry WWW-Authenticate (see ServeHTTP).
+func (h *HTTPHandler) Check(r *http.Request) (status int, reason string) {
 	if !h.originAllowed(r.Header.Get("Origin")) || !h.hostAllowed(r.Host) {
-		h.s.log.Warn("http request refused: origin or host not allowed", "origin", r.Header.Get("Origin"), "host", r.Host)
-		writeHTTPError(w, http.StatusForbidden, ID{}, errorf(CodeInvalidRequest, "forbidden: origin or host not allowed (DNS-rebinding protection); see --allow-origin"))
-		return
+		h.s.log.Warn("http request refused: origin or host not allowed", "origin", r.Header.Get("Origin"), "host", r.Host, "path", r.URL.Path)
+		return http.StatusForbidden, "forbidden: origin or host not allowed (DNS-rebinding protection); see --allow-origin"
 	}
 	if h.opts.AuthToken != "" && !h.authorized(r.Header.Get("Authorization")) {
+		return http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <token>"
+	}
+	return 0, ""
+}
+
+// admit applies Check to r; on a refusal it has written the response (a
+// JSON-RPC error) and returns false.
+func (h *HTTPHandler) admit(w http.ResponseWriter, r *http.Request) bool {
+	status, reason := h.Check(r)
+	if status == 0 {
+		return true
+	}
+	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sandcell"`)
-		writeHTTPError(w, http.StatusUnauthorized, ID{}, errorf(CodeInvalidRequest, "unauthorized: send Authorization: Bearer <token>"))
+	}
+	writeHTTPError(w, status, ID{}, errorf(CodeInvalidRequest, "%s", reason))
+	return false
+}
+
+// Guard serves next behind the same Origin, Host and auth rules as the MCP
+// endpoint (Check): /metrics gets no weaker protection than /mcp.
+func (h *HTTPHandler) Guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.admit(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.admit(w, r) {
 		return
 	}
 	switch r.Method {
@@ -200,14 +255,27 @@ func (h *HTTPHandler) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	limit := h.s.opts.MaxMessageBytes
+	// The body gets BodyTimeout (the server's ReadTimeout would also cut
+	// the connection under a long tool call: net/http reads it in the
+	// background to notice a client that leaves).
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(h.opts.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
+	if err == nil {
+		rc.SetReadDeadline(time.Time{}) // else it stays: the rest of a slow body is not waited for either
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeHTTPError(w, http.StatusRequestEntityTooLarge, ID{}, tooLarge(limit))
-			return
+		switch {
+		case errors.As(err, &tooBig):
+			writeHTTPError(w, http.StatusRequestEntityTooLarge, scanID(body), tooLarge(limit))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			h.s.log.Info("http body too slow", "remote", r.RemoteAddr, "timeout", h.opts.BodyTimeout)
+			w.Header().Set("Connection", "close")
+			writeHTTPError(w, http.StatusRequestTimeout, ID{}, errorf(CodeInvalidRequest, "the request body did not arrive within %s: send it at once", h.opts.BodyTimeout))
+		default:
+			writeHTTPError(w, http.StatusBadRequest, ID{}, errorf(CodeParseError, "reading the body: %v", err))
 		}
-		writeHTTPError(w, http.StatusBadRequest, ID{}, errorf(CodeParseError, "reading the body: %v", err))
 		return
 	}
 	m, derr := decode(body)
@@ -245,8 +313,9 @@ func (h *HTTPHandler) post(w http.ResponseWriter, r *http.Request) {
 	var hs *httpSession
 	switch {
 	case m.Method == "initialize" && m.isRequest():
-		hs, err = h.newSession(r.Context())
+		hs, err = h.newSession(clientOf(r))
 		if err != nil {
+			w.Header().Set("Retry-After", "1")
 			writeHTTPError(w, http.StatusServiceUnavailable, m.ID, errorf(CodeInternalError, "%v", err))
 			return
 		}
@@ -294,10 +363,16 @@ func (h *HTTPHandler) post(w http.ResponseWriter, r *http.Request) {
 // session, the version and capabilities from _meta, the Mcp-Method and
 // Mcp-Name headers checked against the body.
 func (h *HTTPHandler) postStateless(w http.ResponseWriter, r *http.Request, m *message, era requestEra, headerVersion string) {
-	switch {
-	case !era.stateless:
-		writeHTTPError(w, http.StatusBadRequest, m.ID, errorf(CodeInvalidParams, "protocol %s requests carry _meta[%q] and _meta[%q]", headerVersion, MetaProtocolVersion, MetaClientCapabilities))
+	if !era.stateless {
+		// A stateless-era client's request without _meta: the same
+		// answer as on a stream (ping is answered; see notInitialized).
+		ss := h.s.newSession(r.Context(), "http", nil)
+		ss.statelessClient = true
+		defer ss.close()
+		h.serveRequest(w, r, ss, m)
 		return
+	}
+	switch {
 	case headerVersion != "" && headerVersion != era.version:
 		writeHTTPError(w, http.StatusBadRequest, m.ID, errorf(CodeHeaderMismatch, "header mismatch: %s %q, body _meta version %q", headerProtocolVersion, headerVersion, era.version))
 		return
@@ -519,20 +594,74 @@ func newSessionID() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func (h *HTTPHandler) newSession(_ context.Context) (*httpSession, error) {
+// clientOf names the client of r for MaxSessionsPerClient: its remote
+// host, with every loopback address as one.
+func clientOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return "loopback"
+	}
+	return host
+}
+
+// newSession makes a session for client, in the place of the least
+// recently used idle session when a cap is reached (its client's own for
+// MaxSessionsPerClient).
+func (h *HTTPHandler) newSession(client string) (*httpSession, error) {
 	h.sweep()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.sessions) >= h.opts.MaxSessions {
-		return nil, errors.New("too many sessions: end some with DELETE")
+	mine := 0
+	for _, hs := range h.sessions {
+		if hs.client == client {
+			mine++
+		}
 	}
-	hs := &httpSession{lastUsed: time.Now()}
+	switch {
+	case mine >= h.opts.MaxSessionsPerClient:
+		if !h.evictLocked(client) {
+			return nil, fmt.Errorf("too many sessions of this client (%d, all busy): end some with DELETE", mine)
+		}
+	case len(h.sessions) >= h.opts.MaxSessions:
+		if !h.evictLocked("") {
+			return nil, fmt.Errorf("too many sessions (%d, all busy): retry later, and end unused ones with DELETE", len(h.sessions))
+		}
+	}
+	hs := &httpSession{lastUsed: time.Now(), client: client}
 	// The session outlives the initialize request: its context is the
 	// server's, not the request's.
 	hs.ss = h.s.newSession(context.Background(), "http", hs.notify)
 	hs.ss.id = newSessionID()
 	h.sessions[hs.ss.id] = hs
 	return hs, nil
+}
+
+// evictLocked ends the least recently used idle session (of client, if
+// not ""); false if there is none (h.mu held).
+func (h *HTTPHandler) evictLocked(client string) bool {
+	var oldest *httpSession
+	var oldestUse time.Time
+	for _, hs := range h.sessions {
+		if client != "" && hs.client != client {
+			continue
+		}
+		hs.mu.Lock()
+		idle, used := hs.active == 0 && hs.get == nil, hs.lastUsed
+		hs.mu.Unlock()
+		if idle && (oldest == nil || used.Before(oldestUse)) {
+			oldest, oldestUse = hs, used
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	h.s.log.Info("http session evicted for a new one", "idle", time.Since(oldestUse).Round(time.Second))
+	delete(h.sessions, oldest.ss.id)
+	go oldest.ss.close()
+	return true
 }
 
 func (h *HTTPHandler) lookup(id string) *httpSession {

@@ -378,7 +378,9 @@ func TestHTTPStateless(t *testing.T) {
 		{"method header missing", `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":` + meta + `}}`, map[string]string{headerProtocolVersion: Version20260728}, 400, CodeHeaderMismatch},
 		{"name header mismatch", `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"execute_code","arguments":{},"_meta":` + meta + `}}`, hdr("tools/call", "other"), 400, CodeHeaderMismatch},
 		{"version header mismatch", `{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_meta":` + meta + `}}`, map[string]string{headerProtocolVersion: Version20251125, headerMethod: "tools/list"}, 400, CodeHeaderMismatch},
-		{"envelope missing", `{"jsonrpc":"2.0","id":6,"method":"tools/list"}`, hdr("tools/list", ""), 400, CodeInvalidParams},
+		// A stateless client's request without _meta: the answer a stream
+		// gives too (TestStatelessClientWithoutMeta).
+		{"envelope missing", `{"jsonrpc":"2.0","id":6,"method":"tools/list"}`, hdr("tools/list", ""), 200, CodeInvalidRequest},
 		{"unsupported version", `{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}`, hdr("tools/list", ""), 400, CodeUnsupportedProtocolVersion},
 		{"removed method", `{"jsonrpc":"2.0","id":8,"method":"initialize","params":{"_meta":` + meta + `}}`, hdr("initialize", ""), 404, CodeMethodNotFound},
 	} {

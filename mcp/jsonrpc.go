@@ -271,9 +271,122 @@ func encodeNotification(method string, params any) ([]byte, error) {
 	return marshal(outRequest{JSONRPC: "2.0", Method: method, Params: params})
 }
 
+// truncate cuts s to at most n bytes (not inside a UTF-8 character),
+// marking the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
 	return s[:n] + "..."
+}
+
+// idScanner finds the top-level "id" of a message too large to decode,
+// reading it as it streams past in pieces of any size with bounded memory,
+// so that the error answering it carries the request's id: a client
+// (the TypeScript SDK) cannot match an error with id null to its request,
+// and waited for its timeout (issue #17). It reads only the JSON
+// structure (strings, nesting, the separators at the top level) and keeps
+// at most the current key's first bytes and maxIDBytes of the id.
+type idScanner struct {
+	depth       int
+	inStr, esc  bool
+	expectKey   bool   // the next string at depth 1 is a key
+	keying      bool   // reading a key
+	key         []byte // its first bytes
+	lastKey     string // the key whose value comes (depth 1)
+	capture     bool   // reading the id's value
+	val         []byte
+	id          ID
+	found, done bool
+}
+
+// Write reads the next piece of the message.
+func (sc *idScanner) Write(p []byte) {
+	for _, c := range p {
+		if sc.done {
+			return
+		}
+		if sc.capture {
+			if len(sc.val) > maxIDBytes {
+				sc.capture = false // not an id: parseID would refuse it
+			} else {
+				sc.val = append(sc.val, c)
+			}
+		}
+		if sc.inStr {
+			switch {
+			case sc.esc:
+				sc.esc = false
+			case c == '\\':
+				sc.esc = true
+			case c == '"':
+				sc.inStr = false
+				if sc.keying {
+					sc.keying, sc.lastKey = false, string(sc.key)
+				}
+				continue
+			}
+			if sc.keying && len(sc.key) < 8 {
+				sc.key = append(sc.key, c)
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			sc.inStr = true
+			if sc.depth == 1 && sc.expectKey {
+				sc.keying, sc.expectKey, sc.key = true, false, sc.key[:0]
+			}
+		case '{', '[':
+			if sc.depth == 0 && c == '{' {
+				sc.expectKey = true
+			}
+			sc.depth++
+		case '}', ']':
+			sc.depth--
+			if sc.depth == 0 {
+				sc.endValue()
+				sc.done = true
+			}
+		case ':':
+			if sc.depth == 1 && sc.lastKey == "id" && !sc.found {
+				sc.capture, sc.val = true, sc.val[:0]
+			}
+		case ',':
+			if sc.depth == 1 {
+				sc.endValue()
+				sc.expectKey, sc.lastKey = true, ""
+			}
+		}
+	}
+}
+
+// endValue ends the value at depth 1; the separator that ended it was
+// captured with it.
+func (sc *idScanner) endValue() {
+	if !sc.capture {
+		return
+	}
+	sc.capture = false
+	v := sc.val
+	if len(v) > 0 {
+		v = v[:len(v)-1]
+	}
+	if id, err := parseID(v); err == nil {
+		sc.id, sc.found = id, true
+	}
+}
+
+// ID is the id found so far (the zero ID if none).
+func (sc *idScanner) ID() ID { return sc.id }
+
+// scanID is the top-level id of a message that could not be decoded
+// whole (the zero ID if it has none that can be read).
+func scanID(data []byte) ID {
+	var sc idScanner
+	sc.Write(data)
+	return sc.ID()
 }

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -15,11 +16,19 @@ import (
 // ("sandcell/stream", "sandcell/text"). progress counts the notifications
 // (it must increase); there is no total. Without output for a while a
 // heartbeat ("running, 3 s") goes out instead.
+//
+// A notification ends at the end of a line: the end of a stream's output
+// after its last newline is held until the line is complete, other output
+// comes (which keeps the order of the streams), it reaches liveChunkBytes,
+// it waited liveHold (a prompt without a newline), or the run ends. A
+// program that writes a line in pieces no longer shows it cut in two
+// (issue #17).
 const (
 	liveInterval   = 100 * time.Millisecond // at most one batch of notifications per interval
 	liveChunkBytes = 16 << 10               // the largest text of one notification
 	liveBatch      = 8                      // notifications per batch at most
 	livePending    = 1 << 20                // output waiting to be sent; past it, dropped (the result has it all)
+	liveHold       = 500 * time.Millisecond // the longest a line's start waits for its end
 )
 
 // Keys of a live-output notification's _meta.
@@ -37,10 +46,12 @@ type liveOutput struct {
 	heartbeat time.Duration
 	start     time.Time
 
-	mu      sync.Mutex
-	pending []liveChunk
-	bytes   int
-	dropped int
+	mu        sync.Mutex
+	pending   []liveChunk
+	bytes     int
+	dropped   int
+	held      liveChunk // the end of the output after its last newline
+	heldSince time.Time
 
 	seq      float64
 	wake     chan struct{}
@@ -61,23 +72,62 @@ func startLiveOutput(req *CallToolRequest, heartbeat time.Duration) *liveOutput 
 	return l
 }
 
-// add queues a chunk of output; it never blocks.
+// add queues a chunk of output, holding back what follows its last
+// newline; it never blocks.
 func (l *liveOutput) add(stream, text string) {
 	if text == "" {
 		return
 	}
 	l.mu.Lock()
-	if l.bytes+len(text) > livePending {
-		l.dropped += len(text)
-	} else {
-		l.pending = append(l.pending, liveChunk{stream, text})
-		l.bytes += len(text)
+	if l.held.text != "" && l.held.stream != stream {
+		l.releaseLocked() // another stream speaks: keep the order
+	}
+	text = l.held.text + text
+	l.held.text = ""
+	cut := strings.LastIndexByte(text, '\n') + 1
+	l.queueLocked(stream, text[:cut])
+	if rest := text[cut:]; len(rest) > liveChunkBytes {
+		l.queueLocked(stream, rest)
+	} else if rest != "" {
+		if cut > 0 || l.heldSince.IsZero() {
+			l.heldSince = time.Now()
+		}
+		l.held = liveChunk{stream, rest}
 	}
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
+}
+
+// queueLocked queues text unless too much waits already (l.mu held).
+func (l *liveOutput) queueLocked(stream, text string) {
+	switch {
+	case text == "":
+	case l.bytes+len(text) > livePending:
+		l.dropped += len(text)
+	default:
+		l.pending = append(l.pending, liveChunk{stream, text})
+		l.bytes += len(text)
+	}
+}
+
+// releaseLocked queues the held text (l.mu held).
+func (l *liveOutput) releaseLocked() {
+	l.queueLocked(l.held.stream, l.held.text)
+	l.held, l.heldSince = liveChunk{}, time.Time{}
+}
+
+// holdLeft is how long the held text may still wait (ok false: none is
+// held).
+func (l *liveOutput) holdLeft() (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held.text == "" {
+		return 0, false
+	}
+	return liveHold - time.Since(l.heldSince), true
 }
 
 // stop sends what is queued and ends the sender; after it returns nothing
@@ -94,16 +144,32 @@ func (l *liveOutput) loop() {
 	defer close(l.finished)
 	hb := time.NewTimer(l.heartbeat)
 	defer hb.Stop()
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
+	defer hold.Stop()
 	var last time.Time
 	for {
 		select {
 		case <-l.done:
+			l.mu.Lock()
+			l.releaseLocked()
+			l.mu.Unlock()
 			for l.flush(-1) {
 			}
 			return
 		case <-hb.C:
 			l.notify(fmt.Sprintf("running, %.0f s", time.Since(l.start).Seconds()), nil)
 			hb.Reset(l.heartbeat)
+		case <-hold.C:
+			if left, ok := l.holdLeft(); ok && left <= 0 {
+				l.mu.Lock()
+				l.releaseLocked()
+				l.mu.Unlock()
+				select {
+				case l.wake <- struct{}{}:
+				default:
+				}
+			}
 		case <-l.wake:
 			// Rate bound: one batch per interval.
 			if wait := liveInterval - time.Since(last); wait > 0 {
@@ -120,6 +186,9 @@ func (l *liveOutput) loop() {
 				}
 			}
 			hb.Reset(l.heartbeat)
+		}
+		if left, ok := l.holdLeft(); ok {
+			hold.Reset(max(left, time.Millisecond))
 		}
 	}
 }

@@ -236,8 +236,11 @@ func handleSubscribe(_ context.Context, ex *exchange, params json.RawMessage) (a
 		return nil, errorf(CodeInvalidParams, "resources/subscribe needs a uri")
 	}
 	ex.ss.mu.Lock()
+	defer ex.ss.mu.Unlock()
+	if !ex.ss.subs[p.URI] && len(ex.ss.subs) >= maxSubscriptions {
+		return nil, errorf(CodeInvalidParams, "this session has %d subscriptions, the most it may have: unsubscribe from some first", maxSubscriptions)
+	}
 	ex.ss.subs[p.URI] = true
-	ex.ss.mu.Unlock()
 	return struct{}{}, nil
 }
 

@@ -47,12 +47,16 @@ type LanguageInfo struct {
 	Compiled bool     `json:"compiled" jsonschema:"a compile phase runs before the program"`
 	Source   string   `json:"source" jsonschema:"the file name the program is written to in /work"`
 	Ready    bool     `json:"ready" jsonschema:"its root filesystem is built (otherwise the first run builds it, or fails if the server may not build)"`
+	Image    string   `json:"image,omitempty" jsonschema:"the imported image that is its root filesystem (ready: imported)"`
+	Wasm     bool     `json:"wasm,omitempty" jsonschema:"also offered under isolation wasm (a WebAssembly module in the server's process)"`
+	Kernel   bool     `json:"kernel" jsonschema:"run_cell can keep a live interpreter of it for a session"`
 }
 
 // SessionInfo describes a session.
 type SessionInfo struct {
 	SessionID string    `json:"session_id" jsonschema:"pass it to the other tools"`
 	Language  string    `json:"language,omitempty" jsonschema:"the session's default language"`
+	Image     string    `json:"image,omitempty" jsonschema:"the imported image the session's runs are in"`
 	Expires   time.Time `json:"expires" jsonschema:"when the session is removed if left idle (every use extends it)"`
 	TTLSecs   int64     `json:"ttl_seconds" jsonschema:"idle time after which the session is removed"`
 	QuotaB    int64     `json:"quota_bytes" jsonschema:"the most its /work may hold"`
@@ -72,6 +76,11 @@ func FileURI(session, p string) string {
 // FileTemplate is the resource template of session files.
 const FileTemplate = "sandbox://{session}/{+path}"
 
+// maxEnvelope is the room a tools/call request needs besides a
+// write_file's content: the JSON-RPC envelope, the session id and a path
+// of up to 4 KiB (a content with characters JSON escapes takes more).
+const maxEnvelope = 8 << 10
+
 // maxReadBytes caps one read_file (and one resource read).
 const maxReadBytes = 1 << 20
 
@@ -85,6 +94,11 @@ type SandboxOptions struct {
 	// installs for (the schema's enum). Nil: installs are off.
 	Installer        Installer
 	InstallLanguages []string
+	// Kernels, if set, adds run_cell and restart_kernel (live
+	// interpreters of sessions); KernelLanguages are the languages (and
+	// aliases) that have one.
+	Kernels         Kernels
+	KernelLanguages []string
 }
 
 // AddSandboxTools registers sandcell's whole tool set over sb: the run
@@ -111,6 +125,9 @@ func AddSandboxTools(s *Server, sb Sandbox, opts *SandboxOptions) {
 	addListLanguages(s, sb)
 	if o.Installer != nil {
 		addInstallTool(s, o.Installer, o.InstallLanguages)
+	}
+	if o.Kernels != nil {
+		addKernelTools(s, o.Kernels, eo, o.KernelLanguages)
 	}
 
 	s.AddResourceTemplate(ResourceTemplate{URITemplate: FileTemplate, Name: "session-file", Title: "A file of a sandbox session",
@@ -153,6 +170,7 @@ func AddSandboxTools(s *Server, sb Sandbox, opts *SandboxOptions) {
 type createSessionInput struct {
 	Language string `json:"language,omitempty" jsonschema:"the session's default language (for run_command and run_script)"`
 	TTL      int64  `json:"ttl,omitempty" jsonschema:"idle time in seconds after which the session and its files are removed (default: the server's, usually 86400)"`
+	Image    string `json:"image,omitempty" jsonschema:"run the session's programs in this imported image (see list_languages' images) unless a run names another"`
 }
 
 type sessionInput struct {
@@ -160,9 +178,14 @@ type sessionInput struct {
 	ConfirmToken string `json:"confirm_token,omitempty" jsonschema:"the token a first call returned, to confirm this destructive call"`
 }
 
+// doneOutput is a destructive tool's result: what was done, or, on the
+// first call of a client that cannot be asked (no elicitation), that
+// nothing was and the token that confirms it.
 type doneOutput struct {
-	SessionID string `json:"session_id" jsonschema:"the session"`
-	Done      string `json:"done" jsonschema:"what was done"`
+	SessionID         string `json:"session_id" jsonschema:"the session"`
+	Done              string `json:"done,omitempty" jsonschema:"what was done (absent when needs_confirmation)"`
+	NeedsConfirmation bool   `json:"needs_confirmation,omitempty" jsonschema:"nothing was done: call again with the same arguments and confirm_token"`
+	ConfirmToken      string `json:"confirm_token,omitempty" jsonschema:"the token that confirms this call (once, within 5 minutes)"`
 }
 
 func addSessionTools(s *Server, sb Sandbox) {
@@ -174,7 +197,18 @@ func addSessionTools(s *Server, sb Sandbox) {
 			if in.TTL < 0 {
 				return nil, SessionInfo{}, errors.New("ttl must be a positive number of seconds")
 			}
-			info, err := sb.CreateSession(ctx, in.Language, time.Duration(mulSat(in.TTL, int64(time.Second))))
+			ttl := time.Duration(mulSat(in.TTL, int64(time.Second)))
+			var info SessionInfo
+			var err error
+			if in.Image != "" {
+				imgs, ok := sb.(Images)
+				if !ok {
+					return nil, SessionInfo{}, errors.New("this server runs no imported images")
+				}
+				info, err = imgs.CreateImageSession(ctx, in.Language, in.Image, ttl)
+			} else {
+				info, err = sb.CreateSession(ctx, in.Language, ttl)
+			}
 			if err != nil {
 				return nil, SessionInfo{}, err
 			}
@@ -336,7 +370,12 @@ func addFileTools(s *Server, sb Sandbox, o SandboxOptions) {
 	if err != nil {
 		panic(err)
 	}
-	win.Properties["content"].MaxLength = Ptr(o.MaxFileBytes * 4 / 3)
+	// The content must fit in one message: its maxLength agrees with the
+	// message limit (it was 4/3 of 16 MiB, past the 16 MiB a message may
+	// have), leaving room for the rest of the request.
+	contentMax := min(o.MaxFileBytes*4/3+4, s.opts.MaxMessageBytes-maxEnvelope)
+	win.Properties["content"].MaxLength = Ptr(contentMax)
+	win.Properties["content"].Description = fmt.Sprintf("the file's new content: at most %d characters (a message is at most %d bytes); base64 carries 3 bytes in 4", contentMax, s.opts.MaxMessageBytes)
 	win.Properties["encoding"].Enum = []any{"utf8", "base64"}
 	win.Properties["mode"].Pattern = "^0?[0-7]{3}$"
 	win.Properties["path"].Pattern = nulFree
@@ -396,6 +435,7 @@ func addFileTools(s *Server, sb Sandbox, o SandboxOptions) {
 
 type listLanguagesOutput struct {
 	Languages []LanguageInfo `json:"languages" jsonschema:"the languages this server runs"`
+	Images    []ImageInfo    `json:"images,omitempty" jsonschema:"imported images: pass one as image to run a language's program (or a command) in it"`
 }
 
 func addListLanguages(s *Server, sb Sandbox) {
@@ -404,20 +444,50 @@ func addListLanguages(s *Server, sb Sandbox) {
 		Annotations: &ToolAnnotations{Title: "List the languages", ReadOnlyHint: Ptr(true), DestructiveHint: Ptr(false), IdempotentHint: Ptr(true), OpenWorldHint: Ptr(false)}},
 		func(ctx context.Context, req *CallToolRequest, _ struct{}) (*CallToolResult, listLanguagesOutput, error) {
 			langs, err := sb.Languages(ctx)
-			return nil, listLanguagesOutput{Languages: langs}, err
+			if err != nil {
+				return nil, listLanguagesOutput{}, err
+			}
+			out := listLanguagesOutput{Languages: langs}
+			if imgs, ok := sb.(Images); ok {
+				out.Images, err = imgs.Images(ctx)
+			}
+			return nil, out, err
 		})
 }
 
 // filesChanged tells subscribers that files of a session changed, and the
 // protocol sessions that know the session that its file list did when
-// files came or went.
+// files came or went. Its work is linear in the changes and the
+// subscriptions (a run may change 100,000 files, and every protocol session
+// was asked about each of them before issue #17): the changed URIs are
+// built once, only if some session subscribed to a file of this session.
 func (s *Server) filesChanged(session string, changes []api.FileChange) {
-	listChanged := false
-	for _, c := range changes {
-		s.ResourceUpdated(FileURI(session, c.Path))
-		listChanged = listChanged || c.Kind != "modified"
+	if len(changes) == 0 {
+		return
 	}
-	if listChanged {
+	prefix := FileURI(session, "")
+	s.mu.Lock()
+	subs := map[*Session][]string{}
+	for ss := range s.sessions {
+		if uris := ss.subscriptions(prefix); len(uris) > 0 {
+			subs[ss] = uris
+		}
+	}
+	s.mu.Unlock()
+	if len(subs) > 0 {
+		changed := make(map[string]bool, len(changes))
+		for _, c := range changes {
+			changed[FileURI(session, c.Path)] = true
+		}
+		for ss, uris := range subs {
+			for _, u := range uris {
+				if changed[u] {
+					ss.Notify("notifications/resources/updated", map[string]string{"uri": u})
+				}
+			}
+		}
+	}
+	if slices.ContainsFunc(changes, func(c api.FileChange) bool { return c.Kind != api.Modified }) {
 		s.broadcast("notifications/resources/list_changed", nil, func(ss *Session) bool { return s.sandboxes.knows(ss, session) })
 	}
 }

@@ -40,7 +40,8 @@ type fakeFile struct {
 }
 
 // fakeLanguages is what the fake's Languages returns. c has no aliases: a
-// nil slice, JSON null, which the output schema must allow.
+// nil slice, which the result must show as [] (the output schema has plain
+// types).
 var fakeLanguages = []LanguageInfo{
 	{Name: "python", Aliases: []string{"py", "python3"}, Version: "3.12.4", Source: "main.py", Ready: true},
 	{Name: "c", Compiled: true, Source: "main.c"},
@@ -554,6 +555,10 @@ func confirmToken(t *testing.T, r map[string]any) string {
 	m := tokenRE.FindStringSubmatch(resText(r))
 	if m == nil {
 		t.Fatalf("no confirm_token in %q", resText(r))
+	}
+	// The token and the flag are structured too (issue #17).
+	if sc, _ := r["structuredContent"].(map[string]any); sc["needs_confirmation"] != true || sc["confirm_token"] != m[1] || sc["done"] != nil {
+		t.Errorf("structuredContent of a call that needs confirmation: %s, want needs_confirmation and the confirm_token %s", mustJSON(r["structuredContent"]), m[1])
 	}
 	return m[1]
 }
@@ -1130,7 +1135,7 @@ func TestSandboxFiles(t *testing.T) {
 				if sc["session_id"] != "s1" {
 					t.Errorf("session_id %v", sc["session_id"])
 				}
-				if !strings.Contains(resText(r), "out.txt (created)") {
+				if !strings.Contains(resText(r), `created "out.txt" (file, 3 B)`) {
 					t.Errorf("text %q does not list the changed files", resText(r))
 				}
 			}},
@@ -1517,14 +1522,45 @@ func TestSandboxArguments(t *testing.T) {
 		c := dialSandbox(t, s, nil)
 		r := c.tool("list_languages", map[string]any{})
 		var want any
-		if err := json.Unmarshal([]byte(mustJSON(listLanguagesOutput{Languages: fakeLanguages})), &want); err != nil {
+		if err := json.Unmarshal([]byte(mustJSON(nonNil(listLanguagesOutput{Languages: fakeLanguages}))), &want); err != nil {
 			t.Fatal(err)
 		}
-		if r["isError"] == true || !jsonEqual(r["structuredContent"], want) {
-			t.Errorf("list_languages: %s, want %s", mustJSON(r["structuredContent"]), mustJSON(want))
+		if r["isError"] == true || !jsonEqual(r["structuredContent"], want) || strings.Contains(mustJSON(r), "null") {
+			t.Errorf("list_languages: %s, want %s (no null: the schema's types are plain)", mustJSON(r["structuredContent"]), mustJSON(want))
 		}
 		if !strings.Contains(resText(r), `"python3"`) {
 			t.Errorf("text block %q lacks the languages", resText(r))
 		}
 	})
+}
+
+// TestSetupReachesTheClient: what delays a run before its program starts
+// (a layer build of a first use, stream "setup") reaches a client that
+// asked for no progress as a log message, at its logging level.
+func TestSetupReachesTheClient(t *testing.T) {
+	s, f, _ := sandboxServer(t)
+	f.exec = func(ctx context.Context, req api.Request) (api.Result, error) {
+		if req.Output == nil {
+			return api.Result{}, errors.New("no Output: the setup stream would be lost")
+		}
+		req.Output("setup", "building the python layers (a first use): [1/5] python layer: extract\n")
+		req.Output("stdout", "not a log message\n")
+		return api.Result{Phase: api.Phase{Status: "ok"}}, nil
+	}
+	c := dialSandbox(t, s, nil)
+	if resp, _ := c.call(c.nextID("lvl"), "logging/setLevel", map[string]any{"level": "info"}); resp["result"] == nil {
+		t.Fatalf("setLevel: %v", resp)
+	}
+	_, before := c.callTool("execute_code", map[string]any{"language": "python", "source": "print()"}, nil)
+	var logs []any
+	for _, m := range before {
+		if m["method"] == "notifications/message" {
+			logs = append(logs, m["params"].(map[string]any)["data"])
+		} else {
+			t.Errorf("unexpected message: %v", m)
+		}
+	}
+	if len(logs) != 1 || logs[0] != "building the python layers (a first use): [1/5] python layer: extract" {
+		t.Errorf("log messages %v, want the one setup line", logs)
+	}
 }

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -46,11 +47,12 @@ type Server struct {
 
 	sandboxes sandboxIndex // the sandbox sessions each protocol session used
 	confirms  *confirmer   // destructive tools' confirmation tokens
+	random    io.Reader    // fence tags (crypto/rand; tests make it deterministic)
 }
 
 // NewServer makes a server. opts may be nil.
 func NewServer(opts *Options) *Server {
-	s := &Server{sessions: map[*Session]bool{}, confirms: newConfirmer()}
+	s := &Server{sessions: map[*Session]bool{}, confirms: newConfirmer(), random: rand.Reader}
 	if opts != nil {
 		s.opts = *opts
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -43,6 +44,9 @@ type Session struct {
 	pending     map[ID]chan *message
 	subs        map[string]bool
 	ended       bool
+	// statelessClient: the client named the stateless era (in a
+	// request's _meta, or on HTTP the protocol version header).
+	statelessClient bool
 
 	nextOut atomic.Int64
 	running sync.WaitGroup
@@ -110,6 +114,23 @@ func (ss *Session) subscribed(uri string) bool {
 	defer ss.mu.Unlock()
 	return ss.subs[uri]
 }
+
+// subscriptions are the subscribed URIs that start with prefix.
+func (ss *Session) subscriptions(prefix string) []string {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	var out []string
+	for u := range ss.subs {
+		if strings.HasPrefix(u, prefix) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// maxSubscriptions bounds one session's resources/subscribe: each is kept
+// while the session lives and looked at on every change.
+const maxSubscriptions = 1000
 
 // receive handles one decoded message. r receives the messages of a
 // request; for notifications and responses it is not used.

@@ -38,9 +38,9 @@ func (s *Server) serveStream(ctx context.Context, transport string, r io.Reader,
 	go func() {
 		br := bufio.NewReaderSize(r, 64<<10)
 		for {
-			line, tooLong, err := readLine(br, s.opts.MaxMessageBytes)
+			line, tooLong, id, err := readLine(br, s.opts.MaxMessageBytes)
 			select {
-			case lines <- streamLine{line, tooLong, err}:
+			case lines <- streamLine{line, tooLong, id, err}:
 			case <-stop:
 				return
 			}
@@ -60,7 +60,7 @@ func (s *Server) serveStream(ctx context.Context, transport string, r io.Reader,
 		switch {
 		case l.tooLong:
 			ss.log.Warn("message too large", "limit", s.opts.MaxMessageBytes)
-			lw.write(encodeError(ID{}, tooLarge(s.opts.MaxMessageBytes)))
+			lw.write(encodeError(l.id, tooLarge(s.opts.MaxMessageBytes)))
 		case len(bytes.TrimSpace(l.data)) > 0:
 			m, derr := decode(l.data)
 			switch {
@@ -94,25 +94,31 @@ func tooLarge(limit int) *Error {
 type streamLine struct {
 	data    []byte
 	tooLong bool
+	id      ID // of a line too long, if it could be read
 	err     error
 }
 
 // readLine reads one line of at most max bytes. A longer line is read to
-// its end and discarded (tooLong), so the stream stays in sync.
-func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+// its end and discarded (tooLong), so the stream stays in sync; its id is
+// read as it goes past (idScanner), for the error.
+func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, id ID, err error) {
+	var sc idScanner
 	for {
 		chunk, err := br.ReadSlice('\n')
-		if !tooLong {
-			if len(line)+len(chunk) > max+1 { // +1: the newline
-				tooLong, line = true, nil
-			} else {
-				line = append(line, chunk...)
-			}
+		switch {
+		case tooLong:
+			sc.Write(chunk)
+		case len(line)+len(chunk) > max+1: // +1: the newline
+			sc.Write(line)
+			sc.Write(chunk)
+			tooLong, line = true, nil
+		default:
+			line = append(line, chunk...)
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		return line, tooLong, err
+		return line, tooLong, sc.ID(), err
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -132,6 +133,7 @@ func AddTool[In, Out any](s *Server, t *Tool, h ToolHandlerFor[In, Out]) {
 	if inSchema.Type != "object" {
 		panic(fmt.Sprintf("mcp: tool %s: the input schema must be an object schema", tool.Name))
 	}
+	plainTypes(inSchema)
 	tool.InputSchema = inSchema
 	inResolved, err := inSchema.Resolve(&jsonschema.ResolveOptions{ValidateDefaults: true})
 	if err != nil {
@@ -143,6 +145,7 @@ func AddTool[In, Out any](s *Server, t *Tool, h ToolHandlerFor[In, Out]) {
 		if err != nil {
 			panic(fmt.Sprintf("mcp: tool %s: output schema: %v", tool.Name, err))
 		}
+		plainTypes(outSchema)
 		tool.OutputSchema = outSchema
 	}
 	rt := &registeredTool{tool: tool}
@@ -154,6 +157,13 @@ func AddTool[In, Out any](s *Server, t *Tool, h ToolHandlerFor[In, Out]) {
 		var inst map[string]any
 		if err := json.Unmarshal(args, &inst); err != nil {
 			return errorResult("invalid arguments for tool %s: arguments must be a JSON object", tool.Name), nil, nil
+		}
+		// An optional argument given as null is absent: the schema has
+		// plain types (plainTypes), and clients write null for "not set".
+		for k, v := range inst {
+			if v == nil && !slices.Contains(inSchema.Required, k) {
+				delete(inst, k)
+			}
 		}
 		if err := inResolved.ApplyDefaults(&inst); err != nil {
 			return errorResult("invalid arguments for tool %s: %v", tool.Name, err), nil, nil
@@ -179,8 +189,14 @@ func AddTool[In, Out any](s *Server, t *Tool, h ToolHandlerFor[In, Out]) {
 		if res.InputRequests != nil {
 			return res, nil, nil
 		}
-		if hasOut && res.StructuredContent == nil {
+		// An error result has no structured content unless the handler
+		// gave one: the zero Out ({"session_id":"","done":""}) says
+		// nothing (issue #17).
+		if hasOut && res.StructuredContent == nil && !res.IsError {
 			res.StructuredContent = out
+		}
+		if res.StructuredContent != nil {
+			res.StructuredContent = nonNil(res.StructuredContent)
 		}
 		if res.Content == nil {
 			res.Content = []Content{}
@@ -233,7 +249,12 @@ func schemaFor[T any](given any) (*jsonschema.Schema, error) {
 	}
 }
 
-// cleanSchemaError shortens jsonschema-go's messages to what a model needs.
+// maxSchemaError bounds a validation error's text: jsonschema-go quotes
+// the value it refused, and a 5 MB source made a 5.3 MB error (issue #17).
+const maxSchemaError = 500
+
+// cleanSchemaError shortens jsonschema-go's messages to what a model
+// needs, at most maxSchemaError bytes.
 func cleanSchemaError(err error) string {
 	msg := strings.TrimPrefix(err.Error(), "validating root: ")
 	if rest, ok := strings.CutPrefix(msg, "validating /properties/"); ok {
@@ -241,7 +262,96 @@ func cleanSchemaError(err error) string {
 			msg = "argument " + name + ": " + why
 		}
 	}
+	if len(msg) > maxSchemaError {
+		msg = fmt.Sprintf("%s (message cut: %d bytes)", truncate(msg, maxSchemaError), len(msg))
+	}
 	return msg
+}
+
+// plainTypes turns every type union with null (jsonschema-go writes
+// ["null", "array"] for a slice, map or pointer) into the plain type:
+// clients that map a schema to one type per field weakened or refused the
+// 20 such unions of sandcell's tools (issue #17). Absence is what says
+// "not set": nonNil makes results agree.
+func plainTypes(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	if len(s.Types) == 2 && slices.Contains(s.Types, "null") {
+		plain := slices.DeleteFunc(slices.Clone(s.Types), func(t string) bool { return t == "null" })
+		s.Type, s.Types = plain[0], nil
+	}
+	for _, c := range s.Properties {
+		plainTypes(c)
+	}
+	for _, c := range s.Defs {
+		plainTypes(c)
+	}
+	for _, c := range s.PatternProperties {
+		plainTypes(c)
+	}
+	for _, list := range [][]*jsonschema.Schema{s.PrefixItems, s.AllOf, s.AnyOf, s.OneOf} {
+		for _, c := range list {
+			plainTypes(c)
+		}
+	}
+	plainTypes(s.Items)
+	plainTypes(s.AdditionalProperties)
+	plainTypes(s.Not)
+}
+
+// nonNil is v with every nil slice and map of a field that is always
+// written (no omitempty) made empty, at any depth of structs: with the
+// plain types of plainTypes, JSON null there would not match the output
+// schema.
+func nonNil(v any) any {
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() {
+		return v
+	}
+	cp := reflect.New(rv.Type()).Elem()
+	cp.Set(rv)
+	fillNil(cp)
+	return cp.Interface()
+}
+
+func fillNil(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			e := reflect.New(v.Type().Elem())
+			e.Elem().Set(v.Elem())
+			fillNil(e.Elem())
+			v.Set(e)
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			fv := v.Field(i)
+			omit := strings.Contains(f.Tag.Get("json"), ",omitempty")
+			switch {
+			case fv.Kind() == reflect.Slice && fv.IsNil() && !omit && !f.Anonymous:
+				fv.Set(reflect.MakeSlice(fv.Type(), 0, 0))
+			case fv.Kind() == reflect.Map && fv.IsNil() && !omit:
+				fv.Set(reflect.MakeMap(fv.Type()))
+			default:
+				fillNil(fv)
+			}
+		}
+	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.Struct && v.Len() > 0 {
+			cp := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+			reflect.Copy(cp, v)
+			for i := range cp.Len() {
+				fillNil(cp.Index(i))
+			}
+			v.Set(cp)
+		}
+	}
 }
 
 // errorResult is an isError result with one text block.
@@ -347,10 +457,15 @@ func handleLegacyCall(ctx context.Context, ex *exchange, params json.RawMessage)
 	return res, nil
 }
 
-// session is the call's protocol session, or nil in the stateless era
-// (each request is its own session there, and nothing is remembered).
+// session is the call's protocol session: the one that remembers the
+// sandbox sessions it used, for resources/list. A stream (stdio, TCP) is
+// one client whatever era its requests name (issue #17: resources/list of
+// the stateless era never listed session files); a stateless HTTP request
+// is its own session, so nil: nothing identifies its client, and listing
+// the session ids of whoever else reached the port would hand out their
+// files (an id is the capability to them).
 func (r *CallToolRequest) session() *Session {
-	if r.ex == nil || r.ex.stateless {
+	if r.ex == nil || (r.ex.stateless && r.ex.ss.transport == "http") {
 		return nil
 	}
 	return r.ex.ss

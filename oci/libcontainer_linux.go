@@ -74,6 +74,8 @@ type Libcontainer struct {
 
 	fork    *forkServer // nil: every init is libcontainer's
 	stateFS bool        // dir is a tmpfs of its own (statefs_linux.go)
+
+	drvMu sync.Mutex // kernel driver directories being written (driverDir)
 }
 
 const (
@@ -234,7 +236,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	}
 	phase(id, "work")
 	run.enforced = Enforced(r.cfg.Cgroups != nil)
-	run.pooled = pre != nil
+	run.pooled = pre != nil || req.kernel != nil
 	// run.settle stays nil: the program is init of its pid namespace,
 	// and the kernel reports init's death only after every other process
 	// of the namespace is gone (zap_pid_ns_processes). Once init is
@@ -294,6 +296,9 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	}
 	if run.stdinR != nil {
 		p.Stdin = run.stdinR
+	}
+	if req.kernel != nil {
+		p.ExtraFiles = req.kernel.childFiles()
 	}
 	if pre != nil {
 		if err := pre.init(run.work, p, uid, gid); err != nil {

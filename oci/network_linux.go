@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -19,16 +18,17 @@ import (
 // that entered the namespace and then died), whose connections are
 // forwarded to the proxy's unix socket on the host. The container gets no
 // interface, route or socket of the host: what it can reach is exactly
-// what the proxy allows.
+// what the proxy allows. It serves at most netcopy.MaxConns connections at
+// once (more wait in the listener's backlog, inside the run's namespace)
+// and cuts one idle for netcopy.Idle, so that a sandbox holding thousands
+// of connections open costs the server a bounded number of fds (issue
+// #17).
 type egressBridge struct {
 	l      net.Listener
 	socket string
 	log    *slog.Logger
-
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	conns  *netcopy.Conns
+	done   chan struct{}
 }
 
 // startEgress listens on EgressAddr in the network namespace of process
@@ -62,67 +62,29 @@ func startEgress(pid int, socket string, log *slog.Logger) (*egressBridge, error
 	if res.err != nil {
 		return nil, fmt.Errorf("%w: egress listener: %w", ErrRuntime, res.err)
 	}
-	b := &egressBridge{l: res.l, socket: socket, log: log, conns: map[net.Conn]struct{}{}}
-	b.wg.Add(1)
-	go b.serve()
+	b := &egressBridge{l: res.l, socket: socket, log: log, conns: netcopy.NewConns(netcopy.MaxConns), done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		if err := b.conns.Serve(b.l, b.forward); err != nil && !errors.Is(err, net.ErrClosed) {
+			b.log.Warn("egress bridge accept", "err", err)
+		}
+	}()
 	return b, nil
 }
 
-func (b *egressBridge) serve() {
-	defer b.wg.Done()
-	for {
-		c, err := b.l.Accept()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				b.log.Warn("egress bridge accept", "err", err)
-			}
-			return
-		}
-		up, err := net.Dial("unix", b.socket)
-		if err != nil {
-			b.log.Error("egress proxy unreachable", "socket", b.socket, "err", err)
-			c.Close()
-			continue
-		}
-		if !b.track(true, c, up) {
-			c.Close()
-			up.Close()
-			return
-		}
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			defer b.track(false, c, up)
-			netcopy.Splice(c, up)
-		}()
+// forward joins a connection from the run to the proxy.
+func (b *egressBridge) forward(c net.Conn) {
+	up, err := net.Dial("unix", b.socket)
+	if err != nil {
+		b.log.Error("egress proxy unreachable", "socket", b.socket, "err", err)
+		return
 	}
-}
-
-func (b *egressBridge) track(add bool, cs ...net.Conn) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, c := range cs {
-		if !add {
-			delete(b.conns, c)
-			c.Close()
-			continue
-		}
-		if b.closed {
-			return false
-		}
-		b.conns[c] = struct{}{}
-	}
-	return true
+	defer up.Close()
+	netcopy.Splice(c, up, netcopy.Idle)
 }
 
 // Close stops the listener and cuts every connection.
 func (b *egressBridge) Close() {
-	b.mu.Lock()
-	b.closed = true
-	b.l.Close()
-	for c := range b.conns {
-		c.Close()
-	}
-	b.mu.Unlock()
-	b.wg.Wait()
+	b.conns.Close()
+	<-b.done
 }

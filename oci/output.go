@@ -8,29 +8,111 @@ import (
 	"sync"
 )
 
-// capture reads one of the program's streams, keeping at most limit bytes.
-// Server memory stays bounded whatever the program writes: past the limit the
-// bytes are read and dropped, and over is called once so that the run is
-// killed (like Piston and Judge0 do); draining continues until the pipe
-// closes so the writer never blocks on a full pipe before it dies.
+// Output is one stream of a run as sandcell keeps it: at most limit bytes.
+// Server memory stays bounded whatever the program writes: past the limit
+// the bytes are dropped, and over is called once so that the run is killed
+// (like Piston and Judge0 do). With an emit function, what is kept is also
+// cleaned as it comes (a TextCleaner) and handed to emit, until Flush or
+// Mute.
 //
-// With an emit function, what is kept is also cleaned as it comes (a
-// TextCleaner per stream) and handed to emit, from the capture's goroutine,
-// until the stream ends or mute is called.
-type capture struct {
+// Every backend's streams go through it: capture feeds it from a pipe
+// (runc, gVisor), the wasm backend writes the module's fd 1 and 2 into it
+// directly. Write is called from one goroutine at a time; Text and
+// Truncated after the last Write.
+type Output struct {
 	limit     int64
 	over      func()
 	buf       []byte
 	truncated bool
-	done      chan struct{}
 
 	mu      sync.Mutex
 	emit    func(text string) // nil: no live output, or muted
 	cleaner TextCleaner
 }
 
+// NewOutput is an empty stream capped at limit bytes; over (required) is
+// called once, when the cap is passed; emit may be nil.
+func NewOutput(limit int64, over func(), emit func(string)) *Output {
+	return &Output{limit: limit, over: over, emit: emit}
+}
+
+// Write keeps what fits under the cap and drops the rest. It never fails:
+// a writer past the cap is stopped by over, not by an error it could
+// ignore and retry.
+func (o *Output) Write(p []byte) (int, error) {
+	room := o.limit - int64(len(o.buf))
+	switch {
+	case int64(len(p)) <= room:
+		o.keep(p)
+	default:
+		if room > 0 {
+			o.keep(p[:room])
+		}
+		if !o.truncated {
+			o.truncated = true
+			o.over()
+		}
+	}
+	return len(p), nil
+}
+
+// keep stores output within the cap and passes it on live.
+func (o *Output) keep(b []byte) {
+	o.buf = append(o.buf, b...)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.emit != nil {
+		if s := o.cleaner.Write(b); s != "" {
+			o.emit(s)
+		}
+	}
+}
+
+// Flush ends the stream: it passes on the end of the live output (see
+// TextCleaner.Flush); nothing is emitted after it.
+func (o *Output) Flush() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.emit != nil {
+		if s := o.cleaner.Flush(); s != "" {
+			o.emit(s)
+		}
+		o.emit = nil
+	}
+}
+
+// Mute stops the live output: when it returns, emit is not running and is
+// never called again. For the paths where Wait returns while the stream is
+// still open (a container that would not die).
+func (o *Output) Mute() {
+	o.mu.Lock()
+	o.emit = nil
+	o.mu.Unlock()
+}
+
+// Truncated reports whether the stream passed its cap (or broke).
+func (o *Output) Truncated() bool { return o.truncated }
+
+// Text is the kept output as the result shows it: cleaned (see
+// TextCleaner), and marked when the stream was cut at the cap.
+func (o *Output) Text() string {
+	s := CleanText(o.buf)
+	if o.truncated {
+		s += fmt.Sprintf("\n[sandcell: output truncated at %d bytes]", o.limit)
+	}
+	return s
+}
+
+// capture reads one of the program's streams from a pipe into an Output;
+// draining continues past the cap until the pipe closes, so the writer
+// never blocks on a full pipe before it dies.
+type capture struct {
+	*Output
+	done chan struct{}
+}
+
 func startCapture(r *os.File, limit int64, over func(), emit func(string)) *capture {
-	c := &capture{limit: limit, over: over, emit: emit, done: make(chan struct{})}
+	c := &capture{Output: NewOutput(limit, over, emit), done: make(chan struct{})}
 	go c.drain(r)
 	return c
 }
@@ -40,24 +122,12 @@ func (c *capture) drain(r *os.File) {
 	// wait returned, emit is never called again.
 	defer close(c.done)
 	defer r.Close()
-	defer c.flush()
+	defer c.Flush()
 	chunk := make([]byte, 64<<10)
 	for {
 		n, err := r.Read(chunk)
 		if n > 0 {
-			room := c.limit - int64(len(c.buf))
-			switch {
-			case int64(n) <= room:
-				c.keep(chunk[:n])
-			default:
-				if room > 0 {
-					c.keep(chunk[:room])
-				}
-				if !c.truncated {
-					c.truncated = true
-					c.over()
-				}
-			}
+			c.Write(chunk[:n])
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) {
@@ -68,38 +138,8 @@ func (c *capture) drain(r *os.File) {
 	}
 }
 
-// keep stores output within the cap and passes it on live.
-func (c *capture) keep(b []byte) {
-	c.buf = append(c.buf, b...)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.emit != nil {
-		if s := c.cleaner.Write(b); s != "" {
-			c.emit(s)
-		}
-	}
-}
-
-// flush passes on the end of the live output (see TextCleaner.Flush).
-func (c *capture) flush() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.emit != nil {
-		if s := c.cleaner.Flush(); s != "" {
-			c.emit(s)
-		}
-		c.emit = nil
-	}
-}
-
-// mute stops the live output: when it returns, emit is not running and is
-// never called again. For the paths where Wait returns while the stream is
-// still open (a container that would not die).
-func (c *capture) mute() {
-	c.mu.Lock()
-	c.emit = nil
-	c.mu.Unlock()
-}
+// mute stops the live output (see Output.Mute).
+func (c *capture) mute() { c.Mute() }
 
 // wait returns the captured bytes once the stream has closed.
 func (c *capture) wait() ([]byte, bool) {
@@ -107,13 +147,6 @@ func (c *capture) wait() ([]byte, bool) {
 	return c.buf, c.truncated
 }
 
-// text is the captured output as the result shows it: cleaned (see
-// TextCleaner), and marked when the stream was cut at the cap. Call it
-// after wait.
-func (c *capture) text() string {
-	s := CleanText(c.buf)
-	if c.truncated {
-		s += fmt.Sprintf("\n[sandcell: output truncated at %d bytes]", c.limit)
-	}
-	return s
-}
+// text is the captured output as the result shows it (Output.Text). Call
+// it after wait.
+func (c *capture) text() string { return c.Text() }

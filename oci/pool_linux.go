@@ -417,8 +417,9 @@ func (p *Pool) step() bool {
 // Anything else runs fresh.
 func (p *Pool) classify(req *Request) (string, *poolEntry, bool) {
 	// Network mode egress and dependency mounts are set up at prepare
-	// time, for one request: such a run is always fresh.
-	if req.Egress != "" || len(req.Mounts) > 0 {
+	// time, for one request: such a run is always fresh. So is one with
+	// a stream for stdin (rare: an interactive client).
+	if req.Egress != "" || len(req.Mounts) > 0 || req.StdinStream != nil {
 		return "", nil, false
 	}
 	e := &poolEntry{added: make(chan struct{})}

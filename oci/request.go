@@ -2,6 +2,7 @@ package oci
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
 	"path"
 	"path/filepath"
@@ -25,6 +26,12 @@ type Request struct {
 	Cwd string
 	// Stdin is the program's standard input. Nil means /dev/null.
 	Stdin []byte
+	// StdinStream, if set, is the program's standard input instead of
+	// Stdin, copied into it while it runs (an interactive client: the
+	// Piston WebSocket). The caller must make its Read return (EOF or an
+	// error) once Wait returned: the copy ends only then. Such a run is
+	// never served by a warm pool.
+	StdinStream io.Reader
 	// Files are written into /work before the program starts.
 	Files []api.File
 	// Limits are the run's resolved limits (see limits.Resolve).
@@ -64,6 +71,11 @@ type Request struct {
 	// direct: libcontainer starts the init even with the fork server on
 	// (Libcontainer.Direct).
 	direct bool
+
+	// kernel, if set, makes the container a kernel's (StartKernel): its
+	// protocol pipes become the program's fds 3 and 4, and its output is
+	// read per cell by the kernel, not captured for one result.
+	kernel *kernelIO
 }
 
 // Workspace is a session's persistent files (implemented by

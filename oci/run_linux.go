@@ -39,7 +39,8 @@ type run struct {
 	cpuUsed func() time.Duration
 
 	stdin  []byte
-	stdinR *os.File // the program's end; nil means /dev/null
+	stream io.Reader // Request.StdinStream: copied instead of stdin
+	stdinR *os.File  // the program's end; nil means /dev/null
 	stdinW *os.File
 	outW   *os.File // the program's ends of stdout and stderr
 	errW   *os.File
@@ -58,7 +59,8 @@ type run struct {
 	ended  time.Time
 
 	// pooled: the run was prepared ahead of its request (see Pool); its
-	// output is read only once the request is bound (bind).
+	// output is read only once the request is bound (bind). Also set for
+	// a kernel, whose output its streams read per cell (kernelStream).
 	pooled bool
 }
 
@@ -66,7 +68,7 @@ type run struct {
 // files, and the pipes for its streams.
 func newRun(id, runDir string, req *Request, uid, gid uint32) (_ *run, retErr error) {
 	r := &run{id: id, limits: req.Limits, collect: req.Collect, workspace: req.Workspace, onOutput: req.OnOutput,
-		runDir: runDir, stdin: req.Stdin, stop: make(chan stopReason, 1), exited: make(chan struct{})}
+		runDir: runDir, stdin: req.Stdin, stream: req.StdinStream, stop: make(chan stopReason, 1), exited: make(chan struct{})}
 	defer func() {
 		if retErr != nil {
 			r.cleanup()
@@ -86,7 +88,7 @@ func newRun(id, runDir string, req *Request, uid, gid uint32) (_ *run, retErr er
 	if r.errR, r.errW, err = os.Pipe(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
 	}
-	if req.Stdin != nil {
+	if req.Stdin != nil || req.StdinStream != nil {
 		if r.stdinR, r.stdinW, err = os.Pipe(); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
 		}
@@ -127,11 +129,15 @@ func (r *run) capture() {
 func (r *run) begin() {
 	r.started = time.Now()
 	if r.stdinW != nil {
-		go func(w *os.File, data []byte) {
+		var in io.Reader = bytes.NewReader(r.stdin)
+		if r.stream != nil {
+			in = r.stream
+		}
+		go func(w *os.File, in io.Reader) {
 			// EPIPE when the program does not read its input is fine.
-			_, _ = io.Copy(w, bytes.NewReader(data))
+			_, _ = io.Copy(w, in)
 			w.Close()
-		}(r.stdinW, r.stdin)
+		}(r.stdinW, in)
 		r.stdinW = nil
 	}
 }

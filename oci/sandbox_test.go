@@ -35,6 +35,9 @@ func (e *testEnv) run(t testing.TB, lang, source string, req limits.Set, mod ...
 func newRequest(t testing.TB, lang, source string, req limits.Set) *oci.Request {
 	t.Helper()
 	root := layerRoot(t, lang)
+	if lang == "python" && pythonInImage != "" {
+		root = pythonInImage
+	}
 	r := &oci.Request{Root: root, Limits: testLimits(t, req)}
 	switch lang {
 	case "python":

@@ -22,6 +22,26 @@ const (
 	stopCPUTime // the CPU-time watchdog (see run.cpuUsed)
 )
 
+// StopReason and its values say, for a backend outside this package (the
+// wasm runtime), why sandcell ended a run: Verdict then decides its status
+// with the same rules and words as for runc and gVisor.
+type StopReason = stopReason
+
+// The reasons to stop a run (see StopReason).
+const (
+	StopNone      = stopNone
+	StopTimeout   = stopTimeout
+	StopOutput    = stopOutput
+	StopCancelled = stopCancelled
+	StopCPUTime   = stopCPUTime
+)
+
+// Verdict is verdict for a backend whose program has no signals (the
+// wasm runtime): it exited with code, or sandcell stopped it.
+func Verdict(stop StopReason, code int, u limits.Usage, l limits.Set) (api.Status, string) {
+	return verdict(exitInfo{code: code}, stop, u, l)
+}
+
 // exitInfo is how the program's init process ended.
 type exitInfo struct {
 	code   int            // exit status, when it exited

@@ -77,7 +77,14 @@ func (s *Store) buildLayer(ctx context.Context, name string, r recipe, emit func
 		}
 	} else {
 		emit("extract")
-		if pkgs, owners, err = s.extract(ctx, name, r, tmp, root); err != nil {
+		if len(r.Packages) > 0 {
+			if pkgs, owners, err = s.extract(ctx, name, r, tmp, root); err != nil {
+				return Manifest{}, err
+			}
+		} else if err := os.Mkdir(root, 0o755); err != nil {
+			return Manifest{}, err
+		}
+		if err := s.fetch(ctx, name, r.Fetch, tmp, root); err != nil {
 			return Manifest{}, err
 		}
 		if err := makeLinks(root, r.Links); err != nil {

@@ -120,6 +120,13 @@ func (i Installer) Layer() Language {
 	return l
 }
 
+// usedLayers are every language whose layers the catalogue uses: its
+// languages, their installers' layers and their wasm variants' (Prune
+// keeps them).
+func usedLayers() []Language {
+	return append(append(slices.Clone(cat.Languages), installerLayers()...), wasmLayers()...)
+}
+
 // installerLayers are the installers' layers (for Prune: they are used).
 func installerLayers() []Language {
 	out := make([]Language, len(cat.Installers))

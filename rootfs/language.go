@@ -50,6 +50,9 @@ type Language struct {
 	// the compile phase. See Limits for how they combine with a request.
 	Limits        api.Limits `json:"limits,omitzero"`
 	CompileLimits api.Limits `json:"compile_limits,omitzero"`
+	// Kernel, if set, lets a session keep a live interpreter of the
+	// language (see Kernel).
+	Kernel *Kernel `json:"kernel,omitempty"`
 
 	// Build recipe; callers running programs ignore these.
 
@@ -65,6 +68,19 @@ type Language struct {
 	// Trim are patterns of paths removed from the layer, in addition to
 	// the catalogue's own Trim (see trim.go for the syntax).
 	Trim []string `json:"trim,omitempty"`
+
+	// Image, instead of a build recipe, names an imported image (sandcell
+	// image import PATH --name NAME) as the language's root: the
+	// language's program runs with the image's interpreter or compiler
+	// (an absolute program the image lacks is found by its base name on
+	// the image's PATH), e.g. a newer python served under its own name.
+	// Packages, Extends, Setup, Links and Trim are then empty.
+	Image string `json:"image,omitempty"`
+	// Wasm, if set, offers the language under isolation wasm (see Wasm).
+	Wasm *Wasm `json:"wasm,omitempty"`
+	// Fetch are registry files of the layer: set only on a wasm variant
+	// (WasmVariant), part of its recipe.
+	Fetch []Fetch `json:"-"`
 }
 
 // Compiled reports whether the language has a compile phase.
@@ -146,6 +162,11 @@ func parseCatalogue(data []byte) (catalogue, error) {
 	}
 	seen := map[string]string{} // lower-cased name or alias -> language
 	names := map[string]int{}   // name -> index
+	all := map[string]bool{}
+	for _, l := range c.Languages {
+		all[l.Name] = true
+	}
+	before := map[string]Language{}
 	for i, l := range c.Languages {
 		if err := l.check(); err != nil {
 			return catalogue{}, fmt.Errorf("language %q: %w", l.Name, err)
@@ -157,7 +178,14 @@ func parseCatalogue(data []byte) (catalogue, error) {
 			}
 			seen[k] = l.Name
 		}
+		if err := l.checkWasm(before, all); err != nil {
+			return catalogue{}, fmt.Errorf("language %q: %w", l.Name, err)
+		}
+		if strings.HasSuffix(l.Name, WasmSuffix) {
+			return catalogue{}, fmt.Errorf("language %q: names ending in %s are the wasm variants'", l.Name, WasmSuffix)
+		}
 		names[l.Name] = i
+		before[l.Name] = l
 	}
 	for _, in := range c.Installers {
 		if err := in.check(c); err != nil {
@@ -185,7 +213,11 @@ func (l Language) check() error {
 	switch {
 	case !nameRE.MatchString(l.Name):
 		return fmt.Errorf("name must match %s", nameRE)
-	case len(l.Packages) == 0:
+	case l.Image != "" && !imageNameRE.MatchString(l.Image):
+		return fmt.Errorf("image %q must match %s", l.Image, imageNameRE)
+	case l.Image != "" && (len(l.Packages) > 0 || l.Extends != "" || len(l.Setup) > 0 || len(l.Links) > 0 || len(l.Trim) > 0):
+		return fmt.Errorf("a language with an image has no packages, extends or build recipe")
+	case len(l.Packages) == 0 && len(l.Fetch) == 0 && l.Image == "":
 		return fmt.Errorf("no packages")
 	case l.Source == "" || l.Source != path.Base(l.Source) || strings.HasPrefix(l.Source, "."):
 		return fmt.Errorf("source %q must be a plain file name", l.Source)
@@ -217,6 +249,11 @@ func (l Language) check() error {
 	}
 	if err := checkLimits(l.CompileLimits); err != nil {
 		return fmt.Errorf("compile_limits: %w", err)
+	}
+	if l.Kernel != nil {
+		if err := l.Kernel.check(); err != nil {
+			return err
+		}
 	}
 	return checkRecipe(l.Packages, l.Setup, l.Links, l.Trim)
 }
@@ -306,6 +343,14 @@ func (l Language) clone() Language {
 	l.Setup = cloneArgvs(l.Setup)
 	l.Links = maps.Clone(l.Links)
 	l.Trim = slices.Clone(l.Trim)
+	l.Fetch = cloneFetch(l.Fetch)
+	if l.Wasm != nil {
+		w := *l.Wasm
+		w.Packages, w.Setup, w.Links, w.Trim = slices.Clone(w.Packages), cloneArgvs(w.Setup), maps.Clone(w.Links), slices.Clone(w.Trim)
+		w.Fetch, w.Compile, w.Run, w.Env = cloneFetch(w.Fetch), slices.Clone(w.Compile), slices.Clone(w.Run), slices.Clone(w.Env)
+		l.Wasm = &w
+	}
+	l.Kernel = l.Kernel.clone()
 	return l
 }
 

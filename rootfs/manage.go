@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -37,8 +36,8 @@ func (s *Store) BuildWith(ctx context.Context, lang Language, fn func(Progress))
 	if err := lang.check(); err != nil {
 		return fmt.Errorf("%w %q: %w", ErrUnknownLanguage, lang.Name, err)
 	}
-	if _, err := s.resolve(lang); !errors.Is(err, ErrNotBuilt) {
-		return err // built already, or a real error
+	if _, err := s.resolve(lang); !errors.Is(err, ErrNotBuilt) || lang.Image != "" {
+		return err // built already (or imported: an image is not built), or a real error
 	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("building the %s layers needs root, or root of a user namespace (mmdebstrap root mode and chroot)", lang.Name)
@@ -227,12 +226,12 @@ func (s *Store) Clean() error {
 		errs = append(errs, err)
 	}
 	for _, e := range entries {
-		key, _, _ := strings.Cut(e.Name(), "-")
-		if !hexRE.MatchString(key) {
+		lock, ok := tmpLock(e.Name())
+		if !ok {
 			continue
 		}
 		p := filepath.Join(dir, tmpDir, e.Name())
-		unlock, locked, err := tryLock(filepath.Join(dir, locksDir, "recipe-"+key+".lock"))
+		unlock, locked, err := tryLock(filepath.Join(dir, locksDir, lock))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -253,14 +252,16 @@ func (s *Store) Clean() error {
 	return errors.Join(append(errs, err)...)
 }
 
-// liveRoots are the root ids of the catalogue's built languages.
+// liveRoots are the root ids of the catalogue's built languages and of
+// the imported images.
 func (s *Store) liveRoots() map[string]bool {
 	live := map[string]bool{}
-	for _, l := range cat.Languages {
+	for _, l := range usedLayers() {
 		if st, err := s.resolve(l); err == nil {
 			live[st.rootID()] = true
 		}
 	}
+	s.imageRoots(live)
 	return live
 }
 
@@ -313,7 +314,8 @@ type Pruned struct {
 // Prune removes the layers that no language of the catalogue uses (left by
 // an older catalogue or by rebuilt layers), their roots and recipe
 // pointers, leftover builds, and layers of the previous store format
-// (Dir/layers/<name>/, the old default /var/lib/sandcell/layers). It waits for running builds and blocks new ones
+// (Dir/layers/<name>/, the old default /var/lib/sandcell/layers), and
+// image layers no imported image uses (Store.Images). It waits for running builds and blocks new ones
 // while it runs. Only Dir is pruned, never a shared store; a layer of Dir
 // that a language's stack uses on a shared store's lower layers is kept.
 //
@@ -350,7 +352,7 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 	} else if ok {
 		liveIDs[ref.hex] = true
 	}
-	for _, l := range append(slices.Clone(cat.Languages), installerLayers()...) {
+	for _, l := range usedLayers() {
 		specs, err := chain(l)
 		if err != nil {
 			return res, err
@@ -429,6 +431,9 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 		s.log().Info("pruned layer", "id", "sha256:"+name, "kind", m.Kind, "language", m.Language, "bytes", m.Bytes)
 	}
 
+	// Image layers no imported image uses.
+	errs = append(errs, s.pruneImageLayers(&res))
+
 	// Store format 1 kept its layers in Dir/layers/<name>.
 	home, err := s.home()
 	if err != nil {
@@ -476,6 +481,9 @@ func oldFormatEntry(p, name string) bool {
 // store) and compares it with the hash recorded at build time. A modified
 // layer is an error wrapping ErrModified that names the layer.
 func (s *Store) Verify(ctx context.Context, lang Language) error {
+	if lang.Image != "" {
+		return s.VerifyImage(ctx, lang.Image)
+	}
 	st, err := s.resolve(lang)
 	if err != nil {
 		return err

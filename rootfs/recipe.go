@@ -33,6 +33,9 @@ type recipe struct {
 	Setup    [][]string        `json:"setup,omitempty"`
 	Links    map[string]string `json:"links,omitempty"`
 	Trim     []string          `json:"trim,omitempty"`
+	// Fetch are the registry files of a wasm variant's layer (omitted
+	// when empty: the other layers' keys are as before).
+	Fetch []Fetch `json:"fetch,omitempty"`
 	// Lower are the ids of the layers this one is stacked on, top first;
 	// the layer holds only what they lack, so it depends on them.
 	Lower []string `json:"lower,omitempty"`
@@ -97,6 +100,7 @@ func languageRecipe(lang Language, lower []string) recipe {
 		Setup:    cloneArgvs(lang.Setup),
 		Links:    maps.Clone(lang.Links),
 		Trim:     append(slices.Clone(cat.Trim), lang.Trim...),
+		Fetch:    cloneFetch(lang.Fetch),
 		Lower:    slices.Clone(lower),
 	}
 }
@@ -123,7 +127,7 @@ func chain(lang Language) ([]layerSpec, error) {
 		if l.Extends == "" {
 			break
 		}
-		parent, ok := lookup(l.Extends)
+		parent, ok := lookupStack(l.Extends)
 		if !ok || parent.Name != l.Extends {
 			return nil, fmt.Errorf("%s: extends %w %q", l.Name, ErrUnknownLanguage, l.Extends)
 		}

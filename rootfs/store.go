@@ -163,6 +163,12 @@ func (s *Store) Root(lang Language) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return s.mountStack(lang, st)
+}
+
+// mountStack returns the mount point of st's overlay, mounting it unless
+// it is mounted, and caches it under lang (see cachedRoot).
+func (s *Store) mountStack(lang Language, st stack) (string, error) {
 	point, err := s.rootPoint(st)
 	if err != nil {
 		return "", err
@@ -229,8 +235,11 @@ func (s *Store) forget(name string) {
 
 // sameRecipe reports whether a and b build the same layers.
 func sameRecipe(a, b Language) bool {
-	return a.Name == b.Name && a.Extends == b.Extends && slices.Equal(a.Packages, b.Packages) &&
-		slices.EqualFunc(a.Setup, b.Setup, slices.Equal) && maps.Equal(a.Links, b.Links) && slices.Equal(a.Trim, b.Trim)
+	return a.Name == b.Name && a.Image == b.Image && a.Extends == b.Extends && slices.Equal(a.Packages, b.Packages) &&
+		slices.EqualFunc(a.Setup, b.Setup, slices.Equal) && maps.Equal(a.Links, b.Links) && slices.Equal(a.Trim, b.Trim) &&
+		slices.EqualFunc(a.Fetch, b.Fetch, func(x, y Fetch) bool {
+			return x.NPM == y.NPM && x.Integrity == y.Integrity && maps.Equal(x.Files, y.Files)
+		})
 }
 
 // stack is a language's resolved layers.
@@ -268,6 +277,9 @@ func (st stack) rootID() string {
 func (s *Store) resolve(lang Language) (stack, error) {
 	if !nameRE.MatchString(lang.Name) {
 		return stack{}, fmt.Errorf("%w %q", ErrUnknownLanguage, lang.Name)
+	}
+	if lang.Image != "" {
+		return s.languageImage(lang)
 	}
 	specs, err := chain(lang)
 	if err != nil {
@@ -744,6 +756,8 @@ type Status struct {
 	Aliases  []string `json:"aliases"`
 	Compiled bool     `json:"compiled"`
 	Built    bool     `json:"built"`
+	// Wasm: the catalogue also offers the language under isolation wasm.
+	Wasm bool `json:"wasm"`
 	// Package is the language's main Debian package (its first) and
 	// Version the version its layer was built with, e.g. python3
 	// 3.11.2-1+b1. Version is empty when not built.
@@ -758,14 +772,20 @@ type Status struct {
 	BuildSecs  float64 `json:"build_seconds,omitempty"`
 	// BuiltAt is when the language's own layer was built.
 	BuiltAt time.Time `json:"built_at,omitzero"`
+	// Image is the imported image that is the language's root (Language.Image);
+	// Built then says it is imported and Layer is its config digest.
+	Image string `json:"image,omitempty"`
 }
 
 // Status reports lang's state in the store, without building or mounting
 // anything. A language that is not built is not an error.
 func (s *Store) Status(lang Language) (Status, error) {
-	st := Status{Language: lang.Name, Aliases: slices.Clone(lang.Aliases), Compiled: lang.Compiled()}
+	st := Status{Language: lang.Name, Aliases: slices.Clone(lang.Aliases), Compiled: lang.Compiled(), Wasm: lang.OffersWasm()}
 	if len(lang.Packages) > 0 {
 		st.Package = lang.Packages[0]
+	}
+	if lang.Image != "" {
+		return s.imageStatus(lang, st)
 	}
 	stack, err := s.Layers(lang)
 	if errors.Is(err, ErrNotBuilt) {

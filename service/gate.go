@@ -85,3 +85,19 @@ func (g *Gate) retryAfterLocked() time.Duration {
 	rounds := time.Duration(g.waiting/cap(g.slots) + 1)
 	return max(g.avg*rounds, 100*time.Millisecond).Round(time.Millisecond)
 }
+
+// InFlight is the runs holding a slot or waiting for one.
+func (g *Gate) InFlight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.slots) + g.waiting
+}
+
+// Runs is the service's runs in flight, admitted or waiting (0 without a
+// gate): what a graceful drain waits for besides HTTP requests.
+func (s *Service) Runs() int {
+	if s.gate == nil {
+		return 0
+	}
+	return s.gate.InFlight()
+}

@@ -1,11 +1,13 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -26,15 +28,19 @@ var (
 	// ErrNeedSession: the request runs a file of a session and names
 	// none.
 	ErrNeedSession = api.Invalid("session_id required")
+	// ErrSourceTaken: a program's source in a session would replace a
+	// file of the session's /work (its language's source name).
+	ErrSourceTaken = api.Invalid("the source file's name is taken")
 )
 
 // Service is mcp.Sandbox and mcp.Installer over an executor and the
 // sessions' workspaces. Its methods may be called concurrently.
 type Service struct {
-	exec *executor.Executor
-	ws   *workspace.Store
-	gate *Gate
-	log  *slog.Logger
+	exec    *executor.Executor
+	ws      *workspace.Store
+	gate    *Gate
+	log     *slog.Logger
+	kernels *kernels // the sessions' live interpreters (kernel.go)
 }
 
 // New makes the service. gate admits its runs and installs (nil: no
@@ -43,8 +49,19 @@ func New(exec *executor.Executor, ws *workspace.Store, gate *Gate, log *slog.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{exec: exec, ws: ws, gate: gate, log: log}
+	s := &Service{exec: exec, ws: ws, gate: gate, log: log}
+	s.kernels = newKernels(s)
+	return s
 }
+
+// Executor is the executor the service runs requests with (the REST
+// adapters run theirs with it too, through the same gate).
+func (s *Service) Executor() *executor.Executor { return s.exec }
+
+// Admit is the admission of every run of the server: the gate's Enter,
+// or nil when there is no gate. It has the shape of
+// executor.Request.Admit.
+func (s *Service) Admit() func(context.Context) (func(), error) { return s.admit() }
 
 // admit is the gate's Enter, or nil without a gate.
 func (s *Service) admit() func(context.Context) (func(), error) {
@@ -61,22 +78,51 @@ func (s *Service) Execute(ctx context.Context, req api.Request) (api.Result, err
 	er := executor.Request{Request: req, Admit: s.admit()}
 	if req.SessionID == "" {
 		if req.Script != "" {
-			return api.Result{}, fmt.Errorf("%w: run_script runs a file of a session", ErrNeedSession)
+			err := fmt.Errorf("%w: run_script runs a file of a session", ErrNeedSession)
+			s.exec.Refused(req, err)
+			return api.Result{}, err
 		}
 		return s.execute(ctx, er, nil)
 	}
-	var res api.Result
+	var (
+		res api.Result
+		ran bool
+	)
 	err := s.locked(ctx, req.SessionID, func(sess *workspace.Session) error {
+		ran = true
 		m := sess.Meta()
-		if er.Language == "" && er.Script == "" {
+		if er.Image == "" {
+			er.Image = m.Image
+		}
+		// A session's language is the default of its runs, except for the
+		// image's own program (run_command without a command).
+		if er.Language == "" && er.Script == "" && (er.Image == "" || er.Command != nil || er.Source != nil) {
 			er.Language = m.Language
 		}
 		work := &sessionWork{sess: sess, log: s.log}
+		if er.Source != nil && er.Command == nil && er.Script == "" {
+			// The program is written to /work/<its language's source
+			// name>: never over a file of the session (issue #17: it
+			// silently replaced the user's main.py), and not left
+			// behind (sessionWork.Save removes it).
+			l, err := rootfs.Lookup(er.Language)
+			if err != nil {
+				return err
+			}
+			if _, err := sess.Stat(l.Source); !errors.Is(err, workspace.ErrNotFound) {
+				return fmt.Errorf("%w: execute_code writes the program to /work/%s, and session %s has a file of that name: "+
+					"run it with run_script, or rename or delete it first", ErrSourceTaken, l.Source, req.SessionID)
+			}
+			work.source, work.sourceData = l.Source, er.Source
+		}
 		er.Workspace, er.WorkBytes, er.Installed = work, m.Quota, m.Deps
 		var err error
 		res, err = s.execute(ctx, er, work)
 		return err
 	})
+	if err != nil && !ran {
+		s.exec.Refused(req, err) // the session: unknown, or its lock not had
+	}
 	return res, err
 }
 
@@ -88,7 +134,7 @@ func (s *Service) execute(ctx context.Context, er executor.Request, work *sessio
 		return api.Result{}, err
 	}
 	for _, n := range res.Notes {
-		s.log.Info("limit clamped", "note", n)
+		s.log.InfoContext(ctx, "limit clamped", "note", n)
 	}
 	if work != nil {
 		res.Files = work.changes()
@@ -114,14 +160,23 @@ func (s *Service) session(id string) (*workspace.Session, error) {
 type sessionWork struct {
 	sess *workspace.Session
 	log  *slog.Logger
-	mu   sync.Mutex
-	all  []api.FileChange
-	at   map[string]int // path -> index in all
+	// source and sourceData: the program's file that the executor wrote
+	// into /work (execute_code), removed before each save.
+	source     string
+	sourceData []byte
+	mu         sync.Mutex
+	all        []api.FileChange
+	at         map[string]int // path -> index in all
 }
 
 func (w *sessionWork) Fill(dir string) error { return w.sess.Fill(dir) }
 
 func (w *sessionWork) Save(dir string) error {
+	if w.source != "" {
+		if err := removeSource(dir, w.source, w.sourceData); err != nil {
+			return err
+		}
+	}
 	changes, skipped, err := w.sess.Save(dir)
 	if len(skipped) > 0 {
 		// FIFOs, sockets and device nodes are not kept between runs.
@@ -171,6 +226,28 @@ func (w *sessionWork) add(changes []api.FileChange) {
 	}
 }
 
+// removeSource removes unsafeDir/name if it is a regular file holding
+// data: the program's source as the executor wrote it. A file the program
+// changed, or replaced with something else, is the program's and is kept.
+// unsafeDir is the run's /work, the program's (no process of it is left:
+// nothing changes under the check); nothing is followed out of it.
+func removeSource(unsafeDir, name string, data []byte) error {
+	root, err := os.OpenRoot(unsafeDir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	st, err := root.Lstat(name)
+	if err != nil || !st.Mode().IsRegular() || st.Size() != int64(len(data)) {
+		return nil
+	}
+	got, err := root.ReadFile(name)
+	if err != nil || !bytes.Equal(got, data) {
+		return nil
+	}
+	return root.Remove(name)
+}
+
 func (w *sessionWork) changes() []api.FileChange {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -186,12 +263,12 @@ func (s *Service) Languages(context.Context) ([]mcp.LanguageInfo, error) {
 			return nil, err
 		}
 		out = append(out, mcp.LanguageInfo{Name: l.Name, Aliases: slices.Clone(l.Aliases), Version: st.Version,
-			Compiled: l.Compiled(), Source: l.Source, Ready: st.Built})
+			Compiled: l.Compiled(), Source: l.Source, Ready: st.Built, Image: l.Image, Wasm: l.OffersWasm(), Kernel: l.Kernel != nil})
 	}
 	return out, nil
 }
 
-func (s *Service) CreateSession(_ context.Context, language string, ttl time.Duration) (mcp.SessionInfo, error) {
+func (s *Service) CreateSession(ctx context.Context, language string, ttl time.Duration) (mcp.SessionInfo, error) {
 	if language != "" {
 		l, err := rootfs.Lookup(language)
 		if err != nil {
@@ -203,14 +280,21 @@ func (s *Service) CreateSession(_ context.Context, language string, ttl time.Dur
 	if err != nil {
 		return mcp.SessionInfo{}, err
 	}
-	s.log.Info("session created", "session", m.ID, "language", m.Language, "ttl", m.TTL)
+	s.log.InfoContext(ctx, "session created", "session", m.ID, "language", m.Language, "ttl", m.TTL)
 	return mcp.SessionInfo{SessionID: m.ID, Language: m.Language, Expires: m.LastUsed.Add(m.TTL),
 		TTLSecs: int64(m.TTL / time.Second), QuotaB: m.Quota}, nil
 }
 
 // locked runs f on the session with its lock held: file changes wait for
-// a run in progress to be saved instead of being overwritten by it.
+// a run in progress to be saved instead of being overwritten by it. The
+// session's kernels refresh their /work before their next cell.
 func (s *Service) locked(ctx context.Context, id string, f func(*workspace.Session) error) error {
+	defer s.kernels.changed(id)
+	return s.withSession(ctx, id, f)
+}
+
+// withSession runs f on the session with its lock held.
+func (s *Service) withSession(ctx context.Context, id string, f func(*workspace.Session) error) error {
 	sess, err := s.session(id)
 	if err != nil {
 		return err
@@ -225,7 +309,8 @@ func (s *Service) locked(ctx context.Context, id string, f func(*workspace.Sessi
 
 func (s *Service) CloseSession(ctx context.Context, id string) error {
 	return s.locked(ctx, id, func(*workspace.Session) error {
-		s.log.Info("session closed", "session", id)
+		s.log.InfoContext(ctx, "session closed", "session", id)
+		s.kernels.sessionGone(id)
 		return s.ws.Remove(id)
 	})
 }
@@ -291,8 +376,10 @@ func fileError(path string, err error) error {
 	return err
 }
 
-// ExpireSessions removes idle sessions every minute until ctx ends.
+// ExpireSessions removes idle sessions every minute until ctx ends, and
+// stops idle kernels (and every kernel when ctx ends).
 func (s *Service) ExpireSessions(ctx context.Context) {
+	go s.kernels.expire(ctx)
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {

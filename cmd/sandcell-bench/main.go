@@ -12,6 +12,7 @@
 //	               [--runc PATH] [--bwrap PATH] [--markdown FILE] [--plot FILE.svg|FILE.png]
 //	sandcell-bench [global flags] humaneval --humaneval PATH [--samples FILE] [--lang LIST]
 //	               [--concurrency N] [--isolation runc|gvisor]
+//	sandcell-bench [global flags] kernel [--sandcell BIN] [-n N] [-starts N] [--markdown FILE]
 //
 // The global flags are sandcell's (--home, --state-dir, --cgroup-parent,
 // --pool-size...: internal/config) and --log-level; `sandcell-bench -h`
@@ -71,7 +72,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := config.Default()
 	global := flag.NewFlagSet("global", flag.ContinueOnError)
 	cfg.AddFlags(global)
-	logLevel := global.String("log-level", "warn", "log level on stderr: debug, info, warn, error")
 
 	// The bench's own flags mix with the global ones (one flag set, as
 	// `make bench` puts --home before --markdown); humaneval's come after
@@ -108,14 +108,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageError(stderr, "bad --log-level %q", *logLevel)
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return usageError(stderr, "bad --log-level %q", cfg.LogLevel)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 
-	if rest := fs.Args(); len(rest) > 0 && rest[0] == "humaneval" {
+	if rest := fs.Args(); len(rest) > 0 && rest[0] == "kernel" {
+		for name := range given {
+			if own.Lookup(name) != nil {
+				return usageError(stderr, "-%s is a flag of the latency bench; kernel's come after its name", name)
+			}
+		}
+		return kernelBench(ctx, cfg, log, rest[1:], stdout, stderr)
+	} else if len(rest) > 0 && rest[0] == "humaneval" {
 		for name := range given {
 			if own.Lookup(name) != nil {
 				return usageError(stderr, "-%s is a flag of the latency bench; humaneval's come after its name", name)
@@ -153,12 +160,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		return fail(stderr, err)
 	}
-	md := rep.Markdown()
-	fmt.Fprint(stdout, md)
-	if *mdPath != "" {
-		if err := bench.RewriteBlock(*mdPath, md); err != nil {
-			return fail(stderr, err)
-		}
+	if err := report(stdout, rep.Markdown(), *mdPath, bench.RewriteBlock); err != nil {
+		return fail(stderr, err)
 	}
 	if *plotPath != "" {
 		if err := rep.Plot(*plotPath); err != nil {
@@ -219,6 +222,86 @@ func humanEval(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 		return fail(stderr, err)
 	}
 	return 0
+}
+
+// kernelBench: sandcell-bench [global flags] kernel [--sandcell BIN] [-n N]
+// [-starts N] [--markdown FILE] runs the product's server on MCP stdio
+// (with a private state dir, sessions dir and cgroup parent, and the
+// global --home) and measures run_cell beside the host's python
+// (bench.RunKernel).
+func kernelBench(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kernel", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	exe, _ := os.Executable()
+	var c bench.KernelConfig
+	fs.StringVar(&c.Sandcell, "sandcell", filepath.Join(filepath.Dir(exe), "sandcell"), "the sandcell binary whose server is measured")
+	fs.IntVar(&c.N, "n", 200, "cells of x = x + 1 (and host python3 -c pass runs)")
+	fs.IntVar(&c.Starts, "starts", 5, "new kernels per start case (first cell, pandas cold and warm)")
+	fs.StringVar(&c.Python, "python", "/usr/bin/python3", "the host's python, for the side-by-side column (Debian's python3.11, the build the python layer has; not a PATH shim such as pyenv's)")
+	mdPath := fs.String("markdown", "", "rewrite the block between "+bench.KernelBlockBegin+" and "+bench.KernelBlockEnd+" in this file (appended if missing)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: sandcell-bench [global flags] kernel [flags]\n\n"+
+			"run_cell through sandcell serve on MCP stdio, beside the host's python3 -c pass.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return usageError(stderr, "kernel: unexpected argument %q", fs.Arg(0))
+	}
+	state, err := os.MkdirTemp(cfg.StateDir+"-bench", "")
+	if err != nil {
+		if err = os.MkdirAll(cfg.StateDir+"-bench", 0o711); err == nil {
+			state, err = os.MkdirTemp(cfg.StateDir+"-bench", "")
+		}
+	}
+	if err != nil {
+		return fail(stderr, err)
+	}
+	defer os.RemoveAll(state)
+	os.Chmod(state, 0o711)
+	sessions, err := os.MkdirTemp("", "sandcell-bench-sessions-")
+	if err != nil {
+		return fail(stderr, err)
+	}
+	defer os.RemoveAll(sessions)
+	parent := "sandcell-bench-kernel-" + filepath.Base(state)
+	defer func() {
+		// The server's parent cgroup (its sandboxes' are gone with it).
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + parent)
+		dirs = append(dirs, "/sys/fs/cgroup/"+parent)
+		for _, d := range dirs {
+			os.Remove(d)
+		}
+	}()
+	c.Global = []string{"--home", cfg.LayerDir, "--state-dir", state, "--sessions-dir", sessions,
+		"--cgroup-parent", "/" + parent, "--log-level", "warn"}
+	c.Log = log
+	rep, err := bench.RunKernel(ctx, c)
+	switch {
+	case errors.Is(err, bench.ErrUsage):
+		return usageError(stderr, "%v", err)
+	case err != nil:
+		return fail(stderr, err)
+	}
+	if err := report(stdout, rep.Markdown(), *mdPath, bench.RewriteKernelBlock); err != nil {
+		return fail(stderr, err)
+	}
+	return 0
+}
+
+// report prints a report's Markdown and, with a path, rewrites its block
+// of that file.
+func report(stdout io.Writer, md, path string, rewrite func(path, block string) error) error {
+	fmt.Fprint(stdout, md)
+	if path == "" {
+		return nil
+	}
+	return rewrite(path, md)
 }
 
 // open opens the executor of cfg and the harness's options that go with it.

@@ -165,11 +165,58 @@ func TestBatchFlags(t *testing.T) {
 		{"batch", "--in", "x", "--out", "o", "--concurrency", "0"},
 		{"batch", "--in", "x", "--out", "o", "--lang", "go"},
 		{"batch", "--in", "x", "--out", "o", "extra"},
+		{"batch", "--in", "x", "--out", "o", "--shard", "4/4"},
+		{"batch", "--in", "x", "--out", "o", "--shard", "one"},
+		{"batch", "merge", "--in", "x", "--out", "o"},
+		{"batch", "merge", "--in", "x", "a.jsonl"},
+		{"batch", "merge", "--out", "o", "a.jsonl"},
+		{"batch", "merge", "--in", "x", "--out", "a.jsonl", "a.jsonl"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, strings.NewReader(""), &out, &errb); code != 2 || errb.Len() == 0 {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and a reason", args, code, errb.String())
 		}
+	}
+}
+
+// TestBatchMerge runs batch merge on results files written by hand: the
+// merged file is in input order with a summary; a missing shard is
+// refused with exit 1 naming the id.
+func TestBatchMerge(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	os.WriteFile(in, []byte(`{"id": "T#0", "language": "python", "source": "x", "expected_output": "1"}
+{"id": "T#1", "language": "python", "source": "y", "expected_output": "1"}
+{"id": "U#0", "language": "sh", "source": "z", "expected_output": "1"}
+`), 0o644)
+	a, b := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
+	os.WriteFile(a, []byte(`{"id":"U#0","line":3,"language":"sh","status":"ok","verdict":"accepted"}`+"\n"), 0o644)
+	os.WriteFile(b, []byte(`{"id":"T#1","line":2,"language":"python","status":"ok","verdict":"wrong_answer"}`+"\n"+
+		`{"id":"T#0","line":1,"language":"python","status":"ok","verdict":"accepted"}`+"\n"), 0o644)
+	out, sum := filepath.Join(dir, "merged.jsonl"), filepath.Join(dir, "summary.json")
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"batch", "merge", "--in", in, "--out", out, "--summary", sum, a, b}, strings.NewReader(""), &stdout, &stderr)
+	if code != 0 || !strings.Contains(stdout.String(), "pass@1 0.7500") {
+		t.Fatalf("merge: exit %d, stdout %q, stderr %q; want 0 and pass@1 0.75 ((1/2 + 1) / 2)", code, stdout.String(), stderr.String())
+	}
+	data, _ := os.ReadFile(out)
+	var ids []string
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var o struct{ ID string }
+		json.Unmarshal([]byte(l), &o)
+		ids = append(ids, o.ID)
+	}
+	if strings.Join(ids, " ") != "T#0 T#1 U#0" {
+		t.Errorf("merged ids %v, want input order", ids)
+	}
+	if data, err := os.ReadFile(sum); err != nil || !strings.Contains(string(data), `"pass@1": 0.75`) {
+		t.Errorf("summary file: %v %s", err, data)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	code = run(context.Background(), []string{"batch", "merge", "--in", in, "--out", out, b}, strings.NewReader(""), &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), `"U#0"`) || !strings.Contains(stderr.String(), "no result") {
+		t.Errorf("merge without a shard: exit %d, stderr %q; want 1 naming U#0", code, stderr.String())
 	}
 }
 
@@ -199,6 +246,9 @@ func TestPackageDocLists(t *testing.T) {
 		}
 	}
 	for _, c := range commands {
+		if c.hidden {
+			continue
+		}
 		if !documented[c.name] {
 			t.Errorf("command %q is missing from main.go's synopsis", c.name)
 		}
@@ -212,6 +262,9 @@ func TestPackageDocLists(t *testing.T) {
 		t.Fatalf("sandcell -h: exit %d", code)
 	}
 	for _, c := range commands {
+		if c.hidden {
+			continue
+		}
 		if !strings.Contains(errb.String(), "  "+c.name+" ") {
 			t.Errorf("sandcell -h does not list %s:\n%s", c.name, errb.String())
 		}

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sandcell/sandcell/internal/progress"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -17,28 +18,16 @@ import (
 var rootfsCommands = []command{
 	{name: "build", synopsis: "[--all | LANG...]", summary: "build missing layers (none named: all of them)", setup: buildCommand},
 	{name: "list", synopsis: "[--json]", summary: "languages: layer id, version, size, build time", setup: rootfsListCommand},
-	{name: "prune", summary: "remove layers no language of the catalogue uses", setup: rootfsPruneCommand},
+	{name: "prune", summary: "remove layers no language of the catalogue and no imported image uses", setup: rootfsPruneCommand},
 	{name: "verify", synopsis: "[LANG...]", summary: "re-hash layers (default: every layer in the store)", setup: rootfsVerifyCommand},
 }
 
 // rootfsCommand: sandcell rootfs build|list|prune|verify manages the layer
-// store (rootfsCommands).
+// store (rootfsCommands, the command table's subcommands of rootfs); this
+// is what runs without one of them.
 func rootfsCommand(_ *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
 	return func(ctx context.Context, args []string) int {
-		if len(args) > 0 {
-			for _, c := range rootfsCommands {
-				if c.name == args[0] {
-					c.name = "rootfs " + c.name
-					return env.dispatch(ctx, c, args[1:])
-				}
-			}
-			fmt.Fprintf(env.stderr, "sandcell rootfs: unknown command %q\n", args[0])
-		}
-		fmt.Fprintln(env.stderr, "usage: sandcell rootfs build|list|prune|verify [flags]")
-		for _, c := range rootfsCommands {
-			fmt.Fprintf(env.stderr, "  %-8s %s\n", c.name, c.summary)
-		}
-		return 2
+		return env.subcommandUsage("rootfs", rootfsCommands, args)
 	}
 }
 
@@ -55,6 +44,11 @@ func languagesArg(names []string, def []rootfs.Language) ([]rootfs.Language, err
 		l, err := rootfs.Lookup(n)
 		if inst, ierr := rootfs.InstallerFor(n); err != nil && ierr == nil && inst.Name == n {
 			l, err = inst.Layer(), nil // an installer's layer: "rootfs build python-pip"
+		}
+		if base, ok := strings.CutSuffix(n, rootfs.WasmSuffix); ok && err != nil {
+			if wl, werr := rootfs.Lookup(base); werr == nil {
+				l, err = wl.WasmVariant() // a wasm variant's layers: "rootfs build c-wasm"
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -77,6 +71,7 @@ func buildLayers(ctx context.Context, env *cliEnv, args []string) int {
 	for _, inst := range rootfs.Installers() {
 		all = append(all, inst.Layer()) // the package managers' layers (install_dependencies)
 	}
+	all = append(all, rootfs.WasmLayers()...) // the wasm variants' toolchains and modules
 	langs, err := languagesArg(args, all)
 	if err != nil {
 		return env.fail(err)
@@ -84,13 +79,11 @@ func buildLayers(ctx context.Context, env *cliEnv, args []string) int {
 	store := env.store()
 	for _, l := range langs {
 		start := time.Now()
-		// On a terminal, a progress bar goes here (a library such as
-		// github.com/schollz/progressbar/v3: bar.ChangeMax(p.Total),
-		// bar.Set(p.Done), bar.Describe(p.Layer+": "+p.Step)); plain lines
-		// otherwise.
+		bar := progress.New(env.stderr, l.Name+" layers", 0, 5*time.Second)
 		err := store.BuildWith(ctx, l, func(p rootfs.Progress) {
-			fmt.Fprintf(env.stderr, "%s: [%d/%d] %s layer: %s\n", p.Language, p.Done, p.Total, p.Layer, p.Step)
+			bar.Set(p.Done, p.Total, p.Layer+" layer: "+p.Step)
 		})
+		bar.Finish()
 		if err != nil {
 			return env.fail(fmt.Errorf("build %s: %w", l.Name, err))
 		}
@@ -233,15 +226,30 @@ func languagesCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []str
 
 func printLanguages(env *cliEnv, sts []rootfs.Status) {
 	w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "LANGUAGE\tALIASES\tVERSION\tCOMPILED\tLAYER")
+	fmt.Fprintln(w, "LANGUAGE\tALIASES\tVERSION\tCOMPILED\tWASM\tLAYER")
 	for _, st := range sts {
 		state := "built"
 		if !st.Built {
 			state = "not built (sandcell rootfs build " + st.Language + ")"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\n", st.Language, strings.Join(st.Aliases, ","), cmpOr(st.Version, "-"), st.Compiled, state)
+		if st.Image != "" {
+			state = "image " + st.Image
+			if !st.Built {
+				state += " not imported (sandcell image import PATH --name " + st.Image + ")"
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%v\t%s\n", st.Language, strings.Join(st.Aliases, ","), cmpOr(st.Version, "-"), st.Compiled, st.Wasm, state)
 	}
 	w.Flush()
+	// Imported images are run environments for any language (--image,
+	// the MCP tools' image argument); 'sandcell image list --json' lists
+	// them as JSON.
+	if imgs, err := env.store().Images(); err != nil {
+		fmt.Fprintf(env.stderr, "sandcell: listing images: %v\n", err)
+	} else if len(imgs) > 0 {
+		fmt.Fprintln(env.stdout)
+		printImages(env, imgs)
+	}
 }
 
 func writeJSON(w io.Writer, v any) int {

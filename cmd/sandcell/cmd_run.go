@@ -15,11 +15,17 @@ import (
 
 // runCommand: sandcell run --lang LANG (--code STRING | FILE) [flags]
 //
+// With --image NAME the run's root is the imported image's: with --lang,
+// the language's program runs with the image's interpreter or compiler;
+// without, the image's own Entrypoint and Cmd run (ARGS after "--"
+// replace Cmd, as in docker run).
+//
 // Prints the program's stdout and stderr (or the result object with --json)
 // and exits with the program's exit status; 125 when sandcell itself fails.
 func runCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
 	var (
 		lang, code, stdinPath string
+		image                 string
 		isolation             string
 		asJSON                bool
 		envs                  multiFlag
@@ -29,9 +35,10 @@ func runCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string) i
 	)
 	fs.StringVar(&lang, "lang", "", "language (see 'sandcell languages')")
 	fs.StringVar(&code, "code", "", "program source (instead of FILE)")
+	fs.StringVar(&image, "image", "", "run in this imported image (see 'sandcell image list'); without --lang, run its Entrypoint/Cmd")
 	fs.StringVar(&stdinPath, "stdin", "", "file to give as standard input, or - for this process's stdin")
 	fs.BoolVar(&asJSON, "json", false, "print the result object as JSON")
-	fs.StringVar(&isolation, "isolation", "", "runc or gvisor (default: the global --isolation, runc)")
+	fs.StringVar(&isolation, "isolation", "", "runc, gvisor or wasm (default: the global --isolation, runc)")
 	fs.Var(&envs, "env", "KEY=VALUE added to the program's environment (repeatable)")
 	fs.DurationVar(&timeout, "timeout", 0, "wall-clock limit, e.g. 5s (default 10s)")
 	fs.DurationVar(&cpuTime, "cpu-time", 0, "CPU-time limit, e.g. 2s (default 10s)")
@@ -43,12 +50,17 @@ func runCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string) i
 	config.SizeFlag(fs, &lim.FileBytes, "file-size", "largest file the program may write, e.g. 16MiB")
 	fs.Int64Var(&lim.OpenFiles, "open-files", 0, "open file descriptors per process")
 	return func(ctx context.Context, pos []string) int {
-		if lang == "" {
-			return env.usageError("run", "--lang is required")
-		}
 		var source []byte
+		var args []string
 		var err error
 		switch {
+		case image != "" && lang == "":
+			if code != "" {
+				return env.usageError("run", "--code needs --lang (the language of the code)")
+			}
+			args = pos // the image's own program: ARGS replace its Cmd
+		case lang == "":
+			return env.usageError("run", "--lang is required (or --image NAME)")
 		case code != "" && len(pos) > 0:
 			return env.usageError("run", "give either --code or FILE, not both")
 		case code != "":
@@ -75,8 +87,8 @@ func runCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string) i
 			return env.fail(err)
 		}
 		defer e.Close()
-		res, err := e.Execute(ctx, executor.Request{Request: api.Request{Language: lang, Source: source, Stdin: stdin,
-			Env: envs, Limits: lim, Isolation: isolation}})
+		res, err := e.Execute(ctx, executor.Request{Request: api.Request{Language: lang, Source: source, Args: args, Stdin: stdin,
+			Env: envs, Limits: lim, Isolation: isolation, Image: image}})
 		if err != nil {
 			return env.fail(err)
 		}

@@ -11,13 +11,20 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
+
+	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/config"
+	"github.com/sandcell/sandcell/internal/health"
+	"github.com/sandcell/sandcell/internal/metrics"
+	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rest"
+	"github.com/sandcell/sandcell/rootfs"
 	"github.com/sandcell/sandcell/service"
 )
-
-// version is the serverInfo version (set with -ldflags -X main.version=...).
-var version = "dev"
 
 // serveCommand: sandcell serve [--stdio] [--http ADDR] [--tcp ADDR]
 // [--auth-token-file F] [--allow-origin ORIGIN]...
@@ -27,28 +34,24 @@ var version = "dev"
 // TCP; several at once. Every tool call runs in a fresh sandbox. Returns
 // when stdin ends (stdio) or on SIGTERM/SIGINT, after cancelling every run.
 func serveCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string) int {
-	var (
-		stdio             bool
-		httpAddr, tcpAddr string
-		tokenFile         string
-		origins           multiFlag
-	)
-	fs.BoolVar(&stdio, "stdio", false, "serve on stdin/stdout (the default when neither --http nor --tcp is given)")
-	fs.StringVar(&httpAddr, "http", "", "serve Streamable HTTP on ADDR at /mcp (e.g. 127.0.0.1:8080; a bare :PORT binds 127.0.0.1)")
-	fs.StringVar(&tcpAddr, "tcp", "", "serve newline-delimited JSON on TCP ADDR (e.g. 127.0.0.1:3000; a bare :PORT binds 127.0.0.1)")
-	fs.StringVar(&tokenFile, "auth-token-file", "", "require 'Authorization: Bearer TOKEN' on HTTP, TOKEN read from this file")
-	fs.Var(&origins, "allow-origin", "browser Origin allowed on HTTP besides loopback ones (repeatable; * for any)")
+	var sc config.Serve
+	sc.AddFlags(fs)
 	return func(ctx context.Context, args []string) int {
 		if !env.noArgs("serve", args) {
 			return 2
 		}
-		return serve(ctx, env, stdio, httpAddr, tcpAddr, tokenFile, origins)
+		if sc.DrainTimeout < 0 {
+			return env.usageError("serve", "--drain-timeout %s is negative", sc.DrainTimeout)
+		}
+		return serve(ctx, env, sc)
 	}
 }
 
 // serve wires the server (executor, sessions, gate, MCP) and serves it on
-// the transports asked for until stdin ends (stdio) or ctx does.
-func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, tokenFile string, origins []string) int {
+// the transports asked for until stdin ends (stdio) or ctx does (after a
+// drain of at most sc.DrainTimeout).
+func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
+	stdio, httpAddr, tcpAddr, tokenFile, origins, drainTimeout := sc.Stdio, sc.HTTP, sc.TCP, sc.AuthTokenFile, sc.AllowOrigins, sc.DrainTimeout
 	if httpAddr == "" && tcpAddr == "" {
 		stdio = true
 	}
@@ -69,10 +72,32 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 		return env.fail(err)
 	}
 	defer closeSvc()
-	srv := service.NewServer(svc, service.ServerOptions{Version: version, NoInstall: env.cfg.Deps.Off})
+	if err := prebuild(ctx, env, svc.exec, sc.Prebuild); err != nil {
+		return env.fail(err)
+	}
+	srv := service.NewServer(svc.Service, service.ServerOptions{Version: version.String(), NoInstall: env.cfg.Deps.Off})
 
-	ctx, cancel := context.WithCancel(ctx)
+	// ctx ends at SIGTERM/SIGINT; the server's life, one drain later.
+	signalled := ctx
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	drain := &health.Drainer{Busy: svc.Runs}
+	go func() {
+		select {
+		case <-signalled.Done():
+		case <-ctx.Done():
+			return
+		}
+		if drainTimeout > 0 {
+			env.log.Info("draining: new sessions are refused, requests in flight finish", "timeout", drainTimeout)
+			dctx, dcancel := context.WithTimeout(ctx, drainTimeout)
+			if err := drain.Drain(dctx); err != nil {
+				env.log.Warn("the drain timed out: cancelling what still runs", "err", err)
+			}
+			dcancel()
+		}
+		cancel()
+	}()
 	go svc.ExpireSessions(ctx)
 	var (
 		wg       sync.WaitGroup
@@ -92,6 +117,7 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 		if err != nil {
 			return env.fail(fmt.Errorf("--tcp: %w", err))
 		}
+		ln = drain.Listener(netutil.LimitListener(ln, maxConns))
 		env.log.Info("serving MCP on TCP", "addr", ln.Addr().String())
 		wg.Add(1)
 		go func() {
@@ -112,8 +138,22 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 		}
 		h := mcp.NewHTTPHandler(srv, &mcp.HTTPOptions{AllowedOrigins: origins, AnyHost: !loopback, AuthToken: token})
 		mux := http.NewServeMux()
-		mux.Handle("/mcp", h)
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		mux.Handle("/mcp", drain.Wrap(h))
+		drain.Handle(mux) // /healthz, /readyz
+		mux.Handle("/metrics", h.Guard(svc.metrics.Handler()))
+		// Piston's and Judge0's REST APIs on the same listener, under the
+		// same Origin and token rules (h.Check), the same executor and gate.
+		rh := rest.New(rest.Options{Executor: svc.Executor(), Admit: svc.Admit(), Guard: h.Check,
+			Languages: rest.BuiltLanguages(svc.Executor().Store()), Ceilings: env.cfg.Ceilings,
+			Workers: env.cfg.MaxRuns, Logger: env.log})
+		defer rh.Close()
+		mux.Handle("/", drain.Wrap(rh))
+		// Header, body (mcp.HTTPOptions.BodyTimeout) and keep-alive idle
+		// time are bounded, and so are the connections at once; no
+		// ReadTimeout: net/http applies it to the whole connection, so a
+		// tool call longer than it would be cancelled.
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		ln = netutil.LimitListener(ln, maxConns)
 		env.log.Info("serving MCP on HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
 		wg.Add(1)
 		go func() {
@@ -145,6 +185,12 @@ func serve(ctx context.Context, env *cliEnv, stdio bool, httpAddr, tcpAddr, toke
 	return 0
 }
 
+// maxConns bounds the connections of each network transport (HTTP, TCP)
+// at once: each is an fd and a goroutine or two, and a local client could
+// otherwise open them until the server reaches its fd limit (issue #17).
+// Past it, new connections wait in the listener's backlog.
+const maxConns = 256
+
 // loopbackDefault turns ":PORT" into "127.0.0.1:PORT": listening on every
 // interface must be asked for explicitly (0.0.0.0:PORT).
 func loopbackDefault(addr string) string {
@@ -159,16 +205,49 @@ func isLoopbackAddr(a net.Addr) bool {
 	return ok && ta.IP.IsLoopback()
 }
 
+// served is the wired server: the MCP sandbox over the executor, and the
+// metrics that observe it.
+type served struct {
+	*service.Service
+	exec    *executor.Executor
+	metrics *metrics.Metrics
+}
+
 // openService wires the MCP sandbox: the admission gate, the executor
-// (whose warm pool yields to the gate) and the sessions' store.
-func openService(env *cliEnv) (*service.Service, func(), error) {
+// (whose warm pool yields to the gate, and whose every request the metrics
+// count) and the sessions' store.
+func openService(env *cliEnv) (*served, func(), error) {
+	if err := env.cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
 	gate := service.NewGate(env.cfg.MaxRuns, env.cfg.MaxQueue)
-	e, err := env.cfg.OpenExecutor(env.log, func() bool { return gate.Queued() > 0 })
+	var (
+		e       *executor.Executor
+		ws      *workspace.Store
+		kernels func() int
+	)
+	m := metrics.New(metrics.Sources{
+		Live: func() int { return e.Runtime().Live() },
+		Sessions: func() int {
+			ms, _ := ws.List()
+			return len(ms)
+		},
+		Kernels: func() int { return kernels() },
+		Pool: func() (oci.PoolStats, int) {
+			if p := e.Pool(); p != nil {
+				return p.Stats(), p.Idle()
+			}
+			return oci.PoolStats{}, 0
+		},
+	})
+	opts := env.cfg.Executor(env.log, func() bool { return gate.Queued() > 0 })
+	opts.Observe, opts.Deps.EgressRefused = m.Observe, m.EgressRefused
+	e, err := executor.Open(opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	uid, gid := e.SandboxIDs()
-	ws, err := workspace.Open(env.cfg.SessionsPath(), workspace.Options{
+	ws, err = workspace.Open(env.cfg.SessionsPath(), workspace.Options{
 		UID: int(uid), GID: int(gid),
 		Quota: env.cfg.SessionQuota, TTL: env.cfg.SessionTTL, Logger: env.log,
 	})
@@ -176,5 +255,25 @@ func openService(env *cliEnv) (*service.Service, func(), error) {
 		e.Close()
 		return nil, nil, fmt.Errorf("sessions: %w", err)
 	}
-	return service.New(e, ws, gate, env.log), func() { e.Close() }, nil
+	svc := service.New(e, ws, gate, env.log)
+	svc.SetKernelOptions(service.KernelOptions{Max: env.cfg.MaxKernels, Idle: env.cfg.KernelIdle})
+	kernels = svc.LiveKernels
+	return &served{svc, e, m}, func() { e.Close() }, nil
+}
+
+// prebuild builds the layers of langs before the server takes calls
+// (serve --prebuild): a first call then never waits for a build.
+func prebuild(ctx context.Context, env *cliEnv, e *executor.Executor, langs []string) error {
+	for _, name := range langs {
+		l, err := rootfs.Lookup(name)
+		if err != nil {
+			return fmt.Errorf("--prebuild: %w", err)
+		}
+		start := time.Now()
+		if _, err := e.Root(ctx, l); err != nil {
+			return fmt.Errorf("--prebuild %s: %w", name, err)
+		}
+		env.log.Info("layers ready", "language", l.Name, "ms", time.Since(start).Milliseconds())
+	}
+	return nil
 }

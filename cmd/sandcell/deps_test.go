@@ -15,14 +15,17 @@ const module = "github.com/sandcell/sandcell/"
 // cmd -> service -> executor -> oci -> limits, seccomp, rootfs; api (the
 // wire types) is imported by all and imports nothing.
 var allowedImports = map[string][]string{
-	"cmd/sandcell":       {"api", "service", "batch", "executor", "mcp", "oci", "limits", "rootfs", "internal/config", "internal/doctor", "internal/workspace"},
+	"cmd/sandcell":       {"api", "service", "batch", "executor", "mcp", "rest", "oci", "limits", "rootfs", "internal/config", "internal/doctor", "internal/health", "internal/workspace", "internal/metrics", "internal/version", "internal/progress"},
 	"cmd/sandcell-bench": {"api", "batch", "executor", "oci", "limits", "rootfs", "internal/bench", "internal/config"},
 	"internal/bench":     {"api", "batch", "executor", "oci", "limits", "rootfs", "seccomp", "internal/config", "internal/humaneval", "internal/par"},
+	"internal/metrics":   {"executor", "oci"},
 	"internal/config":    {"executor", "oci", "limits", "rootfs", "internal/egress"},
 	"internal/doctor":    {"internal/config", "oci", "limits", "rootfs"},
-	"service":            {"api", "executor", "mcp", "oci", "rootfs", "internal/workspace"},
-	"batch":              {"api", "executor", "limits", "internal/humaneval", "internal/par"},
-	"executor":           {"api", "oci", "limits", "rootfs", "seccomp", "internal/egress"},
+	"service":            {"api", "executor", "mcp", "oci", "limits", "rootfs", "internal/workspace"},
+	"batch":              {"api", "executor", "limits", "internal/humaneval", "internal/par", "internal/progress"},
+	"rest":               {"api", "batch", "executor", "limits", "rootfs"},
+	"executor":           {"api", "oci", "limits", "rootfs", "seccomp", "internal/egress", "wasm"},
+	"wasm":               {"api", "oci", "limits"},
 	"oci":                {"api", "limits", "internal/netcopy", "oci/zygote"},
 	"mcp":                {"api", "limits"},
 	"limits":             {"api"},

@@ -30,7 +30,9 @@ import (
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/egress"
+	"github.com/sandcell/sandcell/internal/netcopy"
 	"github.com/sandcell/sandcell/internal/testutil"
+	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
 	"github.com/sandcell/sandcell/oci"
@@ -302,18 +304,10 @@ func TestInstallDependencies(t *testing.T) {
 		// End to end through the MCP server as cmd serve wires it: the
 		// tool is listed, the set installed above is a cache hit, and
 		// execute_code's dependencies mount it.
-		conn := newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version}))
+		conn := newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version.String()}))
 		call := func(tool string, args map[string]any) map[string]any {
 			t.Helper()
-			resp, err := conn.call(ctx, "tools/call", map[string]any{"name": tool, "arguments": args})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, _ := resp["result"].(map[string]any)
-			if r == nil {
-				t.Fatalf("%s: %v", tool, resp)
-			}
-			return r
+			return conn.tool(t, ctx, tool, args)
 		}
 		r := call("install_dependencies", map[string]any{"language": "python", "packages": []string{"sandcellfixture==1.0"}})
 		sc, _ := r["structuredContent"].(map[string]any)
@@ -355,11 +349,18 @@ func TestInstallDependencies(t *testing.T) {
 	})
 }
 
+// countFDs is the number of this process's open file descriptors.
+func countFDs() int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	return len(ents)
+}
+
 // TestEgressRefusals runs a program in network mode egress (the mode of
 // installs) with the proxy allowing only the index, and checks what it
 // can reach: the index through the proxy, and nothing else: not a name
 // off the allowlist, not a raw IP, not the host's loopback directly. A
-// run in network mode none reaches nothing at all.
+// run in network mode none reaches nothing at all; a sandbox holding
+// 1,000 idle connections costs the server a bounded number of fds.
 func TestEgressRefusals(t *testing.T) {
 	h := newDepsHarness(t)
 	hostL, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -461,18 +462,22 @@ print(json.dumps(out))
 
 	got := runProbe(socket)
 	want := map[string]any{
-		"proxy_env":             "http://" + oci.EgressAddr,
-		"index":                 float64(200),
-		"off_allowlist":         float64(403),
-		"raw_ip":                float64(403),
-		"metadata":              float64(403),
-		"connect_raw_ip":        "HTTP/1.1 403 Forbidden",
-		"connect_off_allowlist": "HTTP/1.1 403 Forbidden",
-		"host_loopback":         "ConnectionRefusedError",
+		"proxy_env":     "http://" + oci.EgressAddr,
+		"index":         float64(200),
+		"off_allowlist": float64(403),
+		"raw_ip":        float64(403),
+		"metadata":      float64(403),
+		"host_loopback": "ConnectionRefusedError",
 	}
 	for k, v := range want {
 		if fmt.Sprint(got[k]) != fmt.Sprint(v) {
 			t.Errorf("egress mode: %s = %v, want %v", k, got[k], v)
+		}
+	}
+	// A refused CONNECT says why in its status line (pip prints it).
+	for k, why := range map[string]string{"connect_raw_ip": "is an IP address", "connect_off_allowlist": "evil.test:443 is not on the allowlist"} {
+		if line := fmt.Sprint(got[k]); !strings.HasPrefix(line, "HTTP/1.1 403 sandcell egress: ") || !strings.Contains(line, why) {
+			t.Errorf("egress mode: %s = %q, want a 403 whose reason says %q", k, line, why)
 		}
 	}
 	if fmt.Sprint(got["interfaces"]) != "[lo]" {
@@ -480,6 +485,50 @@ print(json.dumps(out))
 	}
 	if n := strings.Count(logs.String(), `msg="egress refused"`); n != 5 {
 		t.Errorf("the proxy logged %d refusals, want 5:\n%s", n, logs.String())
+	}
+
+	// The idle-connection attack (issue #17: an install script held about
+	// 7,000 connections to the proxy open, the server reached its fd
+	// limit): a sandbox holding 1,000 idle connections costs the server
+	// at most the bridge's and the proxy's bounds (netcopy.MaxConns each).
+	before := countFDs()
+	peak := before
+	sampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-sampling:
+				return
+			case <-time.After(20 * time.Millisecond):
+				peak = max(peak, countFDs())
+			}
+		}
+	}()
+	hold := `
+import socket, time
+socks = []
+for i in range(1000):
+    try:
+        socks.append(socket.create_connection(("127.0.0.1", 3128), timeout=2))
+    except OSError:
+        break
+time.sleep(2)
+print(len(socks))
+`
+	flim := lim
+	flim.OpenFiles = 2048
+	hres, err := oci.Run(ctx, h.a.Runtime(), &oci.Request{Root: root, Args: []string{"/usr/bin/python3", "-c", hold}, Env: py.Env, Limits: flim, Egress: socket})
+	close(sampling)
+	<-sampled
+	if err != nil || hres.Status != api.StatusOK || strings.TrimSpace(hres.Stdout) != "1000" {
+		t.Errorf("the idle-connection probe: %v %s stdout %q stderr %q (want 1000 connections open)", err, hres.Status, hres.Stdout, hres.Stderr)
+	}
+	if grew := peak - before; grew > 4*netcopy.MaxConns+32 {
+		t.Errorf("1,000 idle connections from a sandbox cost the server %d fds at the peak, want at most about %d (the bridge's and the proxy's bounds)", grew, 4*netcopy.MaxConns)
+	} else {
+		t.Logf("1,000 idle connections from a sandbox: the server's fds grew by %d at the peak", grew)
 	}
 
 	got = runProbe("")

@@ -33,6 +33,7 @@ import (
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/testutil"
+	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
 	"github.com/sandcell/sandcell/oci"
@@ -75,14 +76,18 @@ func TestHostileCorpus(t *testing.T) {
 		len(before.procs), before.children, len(before.mounts), len(before.cgroups), len(before.fds), len(before.layers))
 
 	start := time.Now()
-	for _, backend := range []string{"runc", "gvisor"} {
+	for _, backend := range []string{"runc", "gvisor", "wasm", "kernel"} {
 		t.Run(backend, func(t *testing.T) {
 			if backend == "gvisor" {
 				_, err := h.a.Gvisor()
 				testutil.Require(t, err == nil, "gVisor not available (apt-get install runsc): %v", err)
 			}
 			for _, e := range entries {
-				if e.partner || (backend == "gvisor" && !gvisorGroups[e.Group]) {
+				if e.partner || (backend == "gvisor" && !gvisorGroups[e.Group]) || e.Wasm != (backend == "wasm") {
+					continue
+				}
+				if backend == "kernel" && e.KernelSkip != "" {
+					t.Logf("%s does not run in a kernel: %s", e.Name, e.KernelSkip)
 					continue
 				}
 				t.Run(e.Group+"/"+e.Name, func(t *testing.T) { h.runEntry(t, backend, e) })
@@ -108,13 +113,19 @@ type corpusEntry struct {
 	Limits         corpusLimits      `json:"limits"`
 	Expect         expectation       `json:"expect"`
 	GVisor         *expectation      `json:"gvisor"` // replaces Expect under gVisor
+	Kernel         *expectation      `json:"kernel"` // replaces kernelExpect's in a kernel (hostile_kernel_test.go)
+	KernelSkip     string            `json:"kernel_skip"`
 	Why            string            `json:"why"`
 	Session        bool              `json:"session"`
 	After          []sessionOp       `json:"after"`
 	ConcurrentWith string            `json:"concurrent_with"`
 	Ready          string            `json:"ready"`
 	Via            string            `json:"via"`
-	KnownIssue     *knownIssue       `json:"known_issue"`
+	// Wasm: the program runs under isolation wasm only: a C file is
+	// compiled by sandcell's own c wasm variant (clang in runc) and run as
+	// a module.
+	Wasm       bool        `json:"wasm"`
+	KnownIssue *knownIssue `json:"known_issue"`
 
 	partner   bool         // another entry runs this one alongside itself
 	alongside *corpusEntry // the entry named by ConcurrentWith
@@ -225,8 +236,12 @@ func loadCorpus(t *testing.T) []*corpusEntry {
 			t.Fatalf("manifest: %s: no expected status", e.Name)
 		case e.Via != "" && e.Via != "mcp":
 			t.Fatalf("manifest: %s: via %q, want mcp or nothing", e.Name, e.Via)
-		case e.Via == "mcp" && (e.Language == "c" || e.Session || e.Limits.CPUMS+e.Limits.Pids+e.Limits.OutputKB+e.Limits.TmpfsMB != 0):
-			t.Fatalf("manifest: %s: through MCP only sh and python one-shot runs with timeout_ms and memory_mb", e.Name)
+		case e.Wasm && (e.Language != "c" || e.Via != "" || e.ConcurrentWith != ""):
+			t.Fatalf("manifest: %s: wasm entries are C programs run directly", e.Name)
+		case e.Via == "mcp" && (e.Session || e.Limits.CPUMS+e.Limits.Pids+e.Limits.OutputKB+e.Limits.TmpfsMB != 0):
+			// (A c entry through MCP is compiled in the sandbox by the c
+			// layer: a compile-phase attack.)
+			t.Fatalf("manifest: %s: through MCP only one-shot runs with timeout_ms and memory_mb", e.Name)
 		case !e.Session && len(e.After) > 0:
 			t.Fatalf("manifest: %s: after steps need a session", e.Name)
 		}
@@ -305,7 +320,7 @@ func newHarness(t *testing.T, entries []*corpusEntry) *harness {
 		t.Fatal(err)
 	}
 	h.sb = service.New(a, h.ws, service.NewGate(cfg.MaxRuns, cfg.MaxQueue), nil)
-	h.conn = newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version}))
+	h.conn = newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version.String()}))
 
 	h.canaryDir = t.TempDir()
 	h.canary = filepath.Join(h.canaryDir, "canary")
@@ -343,6 +358,10 @@ func newHarness(t *testing.T, entries []*corpusEntry) *harness {
 			}
 		}
 	}
+	// Isolation wasm: c's wasm variant compiles (clang in runc, its root
+	// mounted) and the wasm runtime makes its instance on first use.
+	res, err := h.sb.Execute(context.Background(), api.Request{Language: "c", Source: []byte("int main(void) { return 0; }\n"), Isolation: "wasm"})
+	testutil.Require(t, err == nil && res.Status == "ok", "warm-up run (c, wasm): %v %s %s (make test builds c-wasm with SANDCELL_BUILD_ALL=1)", err, res.Status, res.Message)
 	return h
 }
 
@@ -381,7 +400,7 @@ func (h *harness) build(t *testing.T, entries []*corpusEntry) {
 		errs []string
 	)
 	for _, e := range entries {
-		if e.Language != "c" {
+		if e.Language != "c" || e.Wasm {
 			continue
 		}
 		wg.Add(1)
@@ -428,6 +447,15 @@ func (h *harness) request(t *testing.T, backend, lang, file string, args []strin
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		req.Env = append(req.Env, k+"="+h.expand(env[k]))
 	}
+	if lang == "c" && backend == "wasm" {
+		// Compiled to a module by sandcell itself (c's wasm variant).
+		src, err := os.ReadFile(filepath.Join(hostileDir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Language, req.Source, req.Args = lang, src, args
+		return req
+	}
 	if lang == "c" {
 		// The static binary, alone in /work, is the container's first
 		// process (language "": the sh layer).
@@ -451,6 +479,9 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 	if backend == "gvisor" && e.GVisor != nil {
 		exp = *e.GVisor
 	}
+	if backend == "kernel" {
+		exp = kernelExpect(e)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var (
@@ -459,9 +490,9 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 		err  error
 	)
 	session := ""
-	if e.Session {
+	if e.Session || backend == "kernel" {
 		lang := e.Language
-		if lang == "c" {
+		if lang == "c" && !e.Wasm {
 			lang = "sh"
 		}
 		info, err := h.sb.CreateSession(ctx, lang, 0)
@@ -470,16 +501,30 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 		}
 		session = info.SessionID
 		defer func() {
+			if session == "" {
+				return // a kernel's, closed below
+			}
 			if err := h.sb.CloseSession(context.Background(), session); err != nil {
 				t.Errorf("close session: %v", err)
 			}
 		}()
 	}
 	switch {
+	case backend == "kernel":
+		res, err = h.runCellEntry(ctx, t, e, session)
 	case e.Via == "mcp":
 		res, text, err = h.conn.execute(ctx, t, backend, e, exp)
 	case e.ConcurrentWith != "":
-		res, err = h.runPair(ctx, t, backend, e)
+		res, err = h.runPair(t, e, func(x *corpusEntry, output func(stream, text string)) (api.Result, error) {
+			req := h.request(t, backend, x.Language, x.File, x.Args, x.Env, x.Limits, "")
+			req.Output = output
+			return h.sb.Execute(ctx, req)
+		}, func(x *corpusEntry) expectation {
+			if backend == "gvisor" && x.GVisor != nil {
+				return *x.GVisor
+			}
+			return x.Expect
+		})
 	default:
 		res, err = h.sb.Execute(ctx, h.request(t, backend, e.Language, e.File, e.Args, e.Env, e.Limits, session))
 	}
@@ -490,15 +535,25 @@ func (h *harness) runEntry(t *testing.T, backend string, e *corpusEntry) {
 		res.ExecutionTimeMS, res.Message, truncateText(res.Stdout, 3000), truncateText(res.Stderr, 1000))
 	h.report(t, e, append(h.universal(res), checkRun(exp, res, text)...))
 	for i, op := range e.After {
-		h.sessionStep(t, backend, e, session, i, op)
+		h.sessionStep(t, strings.Replace(backend, "kernel", "runc", 1), e, session, i, op)
+	}
+	if backend == "kernel" {
+		// The kernel lives until its session is closed.
+		if err := h.sb.CloseSession(context.Background(), session); err != nil {
+			t.Errorf("close session: %v", err)
+		}
+		session = ""
+		h.checkKernelsGone(t)
 	}
 	h.assertHostIntact(t)
 }
 
 // runPair runs e while its partner (the entry it names in
 // concurrent_with) is alive: the partner first, until it prints its ready
-// marker, then e; the partner's own verdict is checked too.
-func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *corpusEntry) (api.Result, error) {
+// marker, then e; the partner's own verdict (expect) is checked too. run
+// runs one entry, passing its live output to output.
+func (h *harness) runPair(t *testing.T, e *corpusEntry, run func(e *corpusEntry, output func(stream, text string)) (api.Result, error),
+	expect func(*corpusEntry) expectation) (api.Result, error) {
 	p := e.alongside
 	ready := make(chan struct{})
 	var (
@@ -506,8 +561,7 @@ func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *
 		mu   sync.Mutex
 		seen strings.Builder
 	)
-	req := h.request(t, backend, p.Language, p.File, p.Args, p.Env, p.Limits, "")
-	req.Output = func(stream, text string) {
+	output := func(stream, text string) {
 		mu.Lock()
 		defer mu.Unlock()
 		if stream == "stdout" {
@@ -523,7 +577,7 @@ func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := h.sb.Execute(ctx, req)
+		res, err := run(p, output)
 		done <- outcome{res, err}
 	}()
 	var partner outcome
@@ -531,20 +585,16 @@ func (h *harness) runPair(ctx context.Context, t *testing.T, backend string, e *
 	case <-ready:
 	case partner = <-done:
 		t.Fatalf("partner %s ended before it was ready: %v %s\n%s%s", p.Name, partner.err, partner.res.Status, partner.res.Stdout, partner.res.Stderr)
-	case <-time.After(30 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatalf("partner %s never said %q", p.Name, p.Ready)
 	}
-	res, err := h.sb.Execute(ctx, h.request(t, backend, e.Language, e.File, e.Args, e.Env, e.Limits, ""))
+	res, err := run(e, nil)
 	partner = <-done
 	if partner.err != nil {
 		t.Fatalf("partner %s refused: %v", p.Name, partner.err)
 	}
-	pexp := p.Expect
-	if backend == "gvisor" && p.GVisor != nil {
-		pexp = *p.GVisor
-	}
 	t.Logf("partner %s: status %s\nstdout: %s", p.Name, partner.res.Status, partner.res.Stdout)
-	for _, f := range append(h.universal(partner.res), checkRun(pexp, partner.res, "")...) {
+	for _, f := range append(h.universal(partner.res), checkRun(expect(p), partner.res, "")...) {
 		t.Errorf("partner %s: %s: %s", p.Name, f.check, f.msg)
 	}
 	return res, err
@@ -626,8 +676,8 @@ func checkRun(exp expectation, res api.Result, text string) []failure {
 		switch {
 		case tag == nil:
 			fail("fence_unforgeable", "the stdout fence carries no boundary:\n%s", truncateText(text, 2000))
-		case strings.Contains(res.Stdout, tag[1]):
-			fail("fence_unforgeable", "the program printed the fence's boundary %s", tag[1])
+		case strings.Contains(res.Stdout, tag[1]) || strings.Contains(res.Stderr, tag[1]) || (res.Compile != nil && strings.Contains(res.Compile.Stderr, tag[1])):
+			fail("fence_unforgeable", "the program printed the fence's boundary %s (in its output or the compiler's)", tag[1])
 		case strings.Count(text, "[end of stdout "+tag[1]+"]") != 1 ||
 			strings.Index(text, "[end of stdout "+tag[1]+"]") < strings.Index(text, res.Stdout)+len(res.Stdout):
 			fail("fence_unforgeable", "the fence's end is not after the program's output:\n%s", truncateText(text, 2000))
@@ -636,8 +686,8 @@ func checkRun(exp expectation, res api.Result, text string) []failure {
 	return fs
 }
 
-// fenceTag finds the boundary of the text block's fences (mcp: a digest
-// of the output).
+// fenceTag finds the boundary of the text block's fences (mcp: random
+// per result).
 var fenceTag = regexp.MustCompile(`\[stdout ([0-9a-f]{12}): untrusted program output`)
 
 // fenced is how the text block of a run shows one stream (mcp's fence).
@@ -1256,6 +1306,21 @@ func (c *mcpConn) receive(line []byte) {
 func (c *mcpConn) send(msg map[string]any) {
 	b, _ := json.Marshal(msg)
 	c.in.Write(append(b, '\n'))
+}
+
+// tool calls an MCP tool and returns its result (the test fails on a
+// protocol error).
+func (c *mcpConn) tool(t *testing.T, ctx context.Context, name string, args map[string]any) map[string]any {
+	t.Helper()
+	resp, err := c.call(ctx, "tools/call", map[string]any{"name": name, "arguments": args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := resp["result"].(map[string]any)
+	if r == nil {
+		t.Fatalf("%s: %v", name, resp)
+	}
+	return r
 }
 
 func (c *mcpConn) call(ctx context.Context, method string, params any) (map[string]any, error) {

@@ -4,16 +4,23 @@
 //
 // Synopsis:
 //
-//	sandcell [global flags] run --lang LANG (--code STRING | FILE) [flags]   run one program
+//	sandcell [global flags] run --lang LANG (--code STRING | FILE) [flags]   run one program (--image NAME: in an image)
 //	sandcell [global flags] batch (--in FILE | --humaneval PATH) --out FILE   run and judge a file of programs
+//	sandcell [global flags] batch --shard K/N ...                             run shard K of N of it
+//	sandcell batch merge (--in FILE | --humaneval PATH) --out FILE SHARD...   merge the shards' results
 //	sandcell [global flags] serve [--stdio] [--http ADDR] [--tcp ADDR]        serve MCP
 //	sandcell [global flags] rootfs build|list|prune|verify                    manage the language layers
 //	sandcell [global flags] build [--all | LANG...]                           same as rootfs build
+//	sandcell [global flags] image import|list|rm                              manage imported OCI images
 //	sandcell [global flags] languages [--json]                                list the languages
 //	sandcell [global flags] doctor [--json]                                   check the host
+//	sandcell [global flags] config check FILE | show                          validate a config file, show the effective one
 //	sandcell setup --user NAME                                                delegate a cgroup subtree (as root)
 //
-// `sandcell -h` lists the global flags, `sandcell CMD -h` a command's
+// Every global flag and every flag of serve can also come from a TOML file
+// (--config FILE; the flags' names are its keys; the command line wins).
+// `sandcell --version` prints the release and commit. `sandcell -h` lists
+// the global flags, `sandcell CMD -h` a command's
 // (both generated from the command table in cli.go; TestPackageDocLists
 // keeps this list in step with it). The benchmark harness is a binary of
 // its own, cmd/sandcell-bench. Logs go to stderr (log/slog). See README.md.

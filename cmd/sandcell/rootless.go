@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/sandcell/sandcell/internal/config"
+	"github.com/sandcell/sandcell/internal/doctor"
 	"github.com/sandcell/sandcell/oci"
 )
 
@@ -35,6 +36,9 @@ func enterUserNS(args []string, stdin io.Reader, stdout, stderr io.Writer) (int,
 	}
 	if _, _, ok := config.Rootless(); ok {
 		return 0, false
+	}
+	if _, ok := config.NoUserNS(); ok {
+		return 0, false // a child of a fallen-back sandcell (none re-executes)
 	}
 	exe, err := oci.SealedSelf()
 	if err != nil {
@@ -64,9 +68,13 @@ func enterUserNS(args []string, stdin io.Reader, stdout, stderr io.Writer) (int,
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "sandcell: rootless mode needs unprivileged user namespaces, and starting one failed: %v\n"+
-			"(check the sysctls user.max_user_namespaces and kernel.unprivileged_userns_clone, or run sandcell as root)\n", err)
-		return exitInternal, true
+		// No user namespace: no runc or gVisor sandbox, but isolation
+		// wasm needs none. This process goes on as the user, without
+		// privileges, and runs only that (config.NoUserNS).
+		u := doctor.DiagnoseUserNS("/", err, false)
+		os.Setenv(config.NoUserNSEnv, u.Reason)
+		fmt.Fprintf(stderr, "sandcell: this user gets no user namespace (%s): only isolation wasm runs; `sandcell doctor` says how to fix it\n", u.Reason)
+		return 0, false
 	}
 	go func() {
 		for s := range sigs {

@@ -6,7 +6,8 @@
 //   MODE    legacy | auto (v2 only: versionNegotiation.mode)
 //   TARGET  http URL, or a command and its arguments (stdio)
 // Prints one JSON object {protocolVersion, era, tools, python, timeout,
-// badLanguage, unknownTool} and exits 0; exits 1 with the error on stderr.
+// badLanguage, resources, confirm, unknownTool} and exits 0; exits 1 with
+// the error on stderr.
 
 const [sdk, mode, ...target] = process.argv.slice(2);
 
@@ -58,6 +59,33 @@ async function main() {
 
   const bad = await client.callTool({ name: 'execute_code', arguments: { language: 'cobol', source: 'x' } });
   out.badLanguage = { isError: !!bad.isError, text: text(bad) };
+
+  // A session's file as a resource (issue #17: in the 2026-07-28 era
+  // resources/read lacked ttlMs/cacheScope and v2's auto mode refused
+  // it), and a destructive call's confirmation in structuredContent.
+  const sess = await client.callTool({ name: 'create_session', arguments: {} });
+  const sid = sess.structuredContent?.session_id;
+  const wrote = await client.callTool({ name: 'write_file', arguments: { session_id: sid, path: 'notes.txt', content: 'noted' } });
+  const uri = (wrote.content || []).find((c) => c.type === 'resource_link')?.uri;
+  out.resources = { uri };
+  try {
+    const list = await client.listResources();
+    out.resources.listed = list.resources.some((r) => r.uri === uri);
+  } catch (e) {
+    out.resources.listError = String(e?.message ?? e);
+  }
+  try {
+    const read = await client.readResource({ uri });
+    out.resources.read = read.contents?.[0]?.text;
+  } catch (e) {
+    out.resources.readError = String(e?.message ?? e);
+  }
+  const close = await client.callTool({ name: 'close_session', arguments: { session_id: sid } });
+  out.confirm = {
+    isError: !!close.isError,
+    needsConfirmation: close.structuredContent?.needs_confirmation,
+    token: close.structuredContent?.confirm_token,
+  };
 
   try {
     await client.callTool({ name: 'nope', arguments: {} });

@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -63,7 +62,6 @@ type Config struct {
 	// SharedLayerDirs are other sandcell homes whose built layers are used
 	// read-only (a rootless server uses the root-built /var/lib/sandcell).
 	SharedLayerDirs []string
-	sharedSet       bool // --shared-home replaces the default list
 	// SessionsDir holds the sessions' persistent workspaces (default
 	// LayerDir/sessions: on disk, so that they survive restarts).
 	SessionsDir string
@@ -95,6 +93,18 @@ type Config struct {
 	// every one through libcontainer's own re-exec (tens of milliseconds).
 	// What a program sees is the same either way.
 	ForkServer bool
+	// LogLevel is the level of the logs on stderr: debug, info, warn
+	// (the default) or error.
+	LogLevel string
+	// NoKernelSandbox, set when this user's sandcell could not enter its
+	// user namespace (NoUserNS), says why: only isolation wasm runs.
+	NoKernelSandbox string
+	// MaxKernels caps the live kernels (run_cell's interpreters) of a
+	// server, all sessions together (0: service.DefaultMaxKernels);
+	// KernelIdle stops a kernel that ran no cell for that long (0:
+	// service.DefaultKernelIdle).
+	MaxKernels int
+	KernelIdle time.Duration
 }
 
 // ServePoolSize is a server's warm pool size when --pool-size is not given.
@@ -120,9 +130,16 @@ func Default() Config {
 		PoolSize:     -1,
 		PoolIdle:     oci.DefaultPoolIdle,
 		ForkServer:   true,
+		LogLevel:     "warn",
 	}
 	if uid, _, ok := Rootless(); ok {
 		rootlessDefaults(&c, uid)
+	}
+	if why, ok := NoUserNS(); ok {
+		// Nothing but wasm runs: it is the default, and everything is
+		// the user's own, as for a rootless server.
+		rootlessDefaults(&c, os.Getuid())
+		c.Isolation, c.NoKernelSandbox = "wasm", why
 	}
 	return c
 }
@@ -132,28 +149,16 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "runtime state directory")
 	fs.StringVar(&c.LayerDir, "home", c.LayerDir, "sandcell home: language layers in <home>/rootfs (default $SANDCELL_HOME or /var/lib/sandcell)")
 	fs.StringVar(&c.LayerDir, "layer-dir", c.LayerDir, "same as --home (deprecated)")
-	fs.BoolFunc("no-build", "never build a missing language layer on first use (offline hosts)", func(string) error {
-		c.AutoBuild = false
-		return nil
-	})
+	fs.Var(boolInverse{&c.AutoBuild}, "no-build", "never build a missing language layer on first use (offline hosts)")
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "cgroup that holds every sandbox")
 	fs.UintVar(&c.UIDBase, "uid-base", c.UIDBase, "first host uid/gid of the sandboxes' 65536-id range")
 	SizeFlag(fs, &c.MaxMemory, "max-memory", "memory ceiling for all sandboxes together (default: half the host's memory)")
 	fs.Int64Var(&c.MaxPids, "max-pids", c.MaxPids, "pids ceiling for all sandboxes together")
-	fs.StringVar(&c.Isolation, "isolation", c.Isolation, "default isolation of a run: runc or gvisor")
+	fs.StringVar(&c.Isolation, "isolation", c.Isolation, "default isolation of a run: runc, gvisor or wasm")
 	fs.StringVar(&c.Runsc, "runsc", c.Runsc, "runsc binary for --isolation gvisor (default: <home>/runsc/runsc from `make runsc` if present, else from PATH)")
 	fs.StringVar(&c.RunscPlatform, "runsc-platform", c.RunscPlatform, "gVisor platform (default: systrap if offered, else ptrace)")
 	fs.BoolVar(&c.RunscAllowKVM, "runsc-allow-kvm", c.RunscAllowKVM, "allow --runsc-platform kvm (it hangs on hosts that cannot run it)")
-	fs.Func("shared-home", "another sandcell home whose built layers are used read-only (repeatable; a rootless server uses /var/lib/sandcell)", func(v string) error {
-		if !filepath.IsAbs(v) {
-			return fmt.Errorf("%q is not an absolute path", v)
-		}
-		if !c.sharedSet {
-			c.SharedLayerDirs, c.sharedSet = nil, true
-		}
-		c.SharedLayerDirs = append(c.SharedLayerDirs, v)
-		return nil
-	})
+	fs.Var(&listValue{p: &c.SharedLayerDirs, check: absPath}, "shared-home", "another sandcell home whose built layers are used read-only (repeatable; a rootless server uses /var/lib/sandcell)")
 	fs.StringVar(&c.SessionsDir, "sessions-dir", c.SessionsDir, "sessions' persistent workspaces (default <home>/sessions)")
 	fs.DurationVar(&c.SessionTTL, "session-ttl", c.SessionTTL, "idle time after which a session and its files are removed")
 	SizeFlag(fs, &c.SessionQuota, "session-quota", "the most a session's /work may hold (e.g. 256MiB)")
@@ -163,6 +168,9 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, fmt.Sprintf("warm pool: most containers prepared ahead per language and limits (0: off; default %d for serve, off for run and batch)", ServePoolSize))
 	fs.BoolVar(&c.ForkServer, "fork-server", c.ForkServer, "start runc sandboxes through the fork server (a few ms each); false: libcontainer's own start for every run")
 	fs.DurationVar(&c.PoolIdle, "pool-idle", c.PoolIdle, "warm pool: a language and limits not asked for this long get no containers prepared ahead")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level on stderr: debug, info, warn, error")
+	fs.IntVar(&c.MaxKernels, "max-kernels", c.MaxKernels, "live interpreters (run_cell kernels) at once, all sessions together; past it a new kernel is refused as busy (default 8)")
+	fs.DurationVar(&c.KernelIdle, "kernel-idle", c.KernelIdle, "stop a kernel that ran no cell for this long (default 15m)")
 }
 
 // addDepsFlags adds the install settings' flags.
@@ -170,55 +178,14 @@ func (c *Config) addDepsFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Deps.Off, "no-install", c.Deps.Off, "turn package installs off (no install_dependencies, no execute_code dependencies)")
 	SizeFlag(fs, &c.Deps.MaxBytes, "deps-max-size", "the most one dependency layer may hold (default 512MiB)")
 	fs.DurationVar(&c.Deps.Timeout, "deps-timeout", c.Deps.Timeout, "wall-clock limit of one install (default 5m)")
-	fs.Func("deps-index", "LANG=URL: the package index or registry of a language's installs (repeatable; default: the catalogue's, e.g. https://pypi.org/simple)", func(v string) error {
-		lang, u, ok := strings.Cut(v, "=")
-		if !ok {
-			return fmt.Errorf("%q is not LANG=URL", v)
-		}
-		if _, err := rootfs.ParseIndex(u); err != nil {
-			return err
-		}
-		if c.Deps.Index == nil {
-			c.Deps.Index = map[string]string{}
-		}
-		c.Deps.Index[lang] = u
-		return nil
-	})
-	fs.Func("egress-allow", "LANG=HOST:PORT: a host an install of LANG may reach through the egress proxy (repeatable; replaces the catalogue's list for LANG; the index's own host is always allowed)", func(v string) error {
-		lang, hp, ok := strings.Cut(v, "=")
-		if !ok {
-			return fmt.Errorf("%q is not LANG=HOST:PORT", v)
-		}
-		if _, err := egress.New(egress.Config{Allow: []string{hp}}); err != nil {
-			return err
-		}
-		if c.Deps.Allow == nil {
-			c.Deps.Allow = map[string][]string{}
-		}
-		c.Deps.Allow[lang] = append(c.Deps.Allow[lang], hp)
-		return nil
-	})
-	fs.Func("egress-host", "NAME=IP: resolve NAME to IP for the egress proxy instead of DNS (repeatable; the only way to allow a loopback or private address, e.g. a local mirror)", func(v string) error {
-		name, ip, ok := strings.Cut(v, "=")
-		a, err := netip.ParseAddr(ip)
-		if !ok || err != nil {
-			return fmt.Errorf("%q is not NAME=IP", v)
-		}
-		if c.Deps.Hosts == nil {
-			c.Deps.Hosts = map[string][]netip.Addr{}
-		}
-		c.Deps.Hosts[strings.ToLower(name)] = append(c.Deps.Hosts[strings.ToLower(name)], a)
-		return nil
-	})
+	fs.Var(depsIndex(&c.Deps.Index), "deps-index", "LANG=URL: the package index or registry of a language's installs (repeatable; default: the catalogue's, e.g. https://pypi.org/simple)")
+	fs.Var(egressAllow(&c.Deps.Allow), "egress-allow", "LANG=HOST:PORT: a host an install of LANG may reach through the egress proxy (repeatable; replaces the catalogue's list for LANG; the index's own host is always allowed)")
+	fs.Var(egressHosts(&c.Deps.Hosts), "egress-host", "NAME=IP: resolve NAME to IP for the egress proxy instead of DNS (repeatable; the only way to allow a loopback or private address, e.g. a local mirror)")
 }
 
 // SizeFlag registers a flag that takes a size with a unit (128MiB, 1GiB).
 func SizeFlag(fs *flag.FlagSet, dst *int64, name, help string) {
-	fs.Func(name, help, func(v string) error {
-		n, err := limits.ParseSize(v)
-		*dst = n
-		return err
-	})
+	fs.Var(sizeValue{dst}, name, help)
 }
 
 // Validate checks the configuration.
@@ -226,7 +193,7 @@ func (c *Config) Validate() error {
 	if !filepath.IsAbs(c.StateDir) || !filepath.IsAbs(c.LayerDir) {
 		return errors.New("--state-dir and --layer-dir must be absolute paths")
 	}
-	if _, _, rootless := Rootless(); rootless {
+	if _, _, rootless := Rootless(); rootless || c.NoKernelSandbox != "" {
 		c.UIDBase = 0 // the namespace has one id: the user's
 	} else if c.UIDBase == 0 || c.UIDBase > 1<<32-1-65536 {
 		return fmt.Errorf("--uid-base %d: must be between 1 and %d", c.UIDBase, uint64(1<<32-1-65536))
@@ -240,8 +207,15 @@ func (c *Config) Validate() error {
 	if c.MaxRuns < 1 || c.MaxQueue < 0 {
 		return fmt.Errorf("--max-runs %d must be at least 1 and --max-queue %d not negative", c.MaxRuns, c.MaxQueue)
 	}
-	if c.PoolIdle <= 0 {
-		return fmt.Errorf("--pool-idle %s must be positive", c.PoolIdle)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if c.MaxKernels < 0 || c.KernelIdle < 0 {
+		return fmt.Errorf("--max-kernels %d and --kernel-idle %s must not be negative", c.MaxKernels, c.KernelIdle)
+	}
+	if c.PoolSize < -1 || c.PoolIdle <= 0 {
+		return fmt.Errorf("--pool-size %d must not be negative and --pool-idle %s must be positive", c.PoolSize, c.PoolIdle)
 	}
 	if !slices.Contains(executor.Isolations, c.Isolation) {
 		return fmt.Errorf("--isolation %q: must be one of %s", c.Isolation, strings.Join(executor.Isolations, ", "))
@@ -304,27 +278,29 @@ func (c *Config) Store(log *slog.Logger) *rootfs.Store {
 func (c *Config) Executor(log *slog.Logger, poolBusy func() bool) executor.Options {
 	uid, _, rootless := Rootless()
 	return executor.Options{
-		StateDir:      c.StateDir,
-		Store:         c.Store(log),
-		AutoBuild:     c.AutoBuild,
-		CgroupParent:  c.CgroupParent,
-		MaxMemory:     c.MaxMemory,
-		MaxPids:       c.MaxPids,
-		UIDBase:       uint32(c.UIDBase),
-		Rootless:      rootless,
-		RootlessUID:   uid,
-		Isolation:     c.Isolation,
-		Runsc:         c.RunscPath(),
-		RunscPlatform: c.RunscPlatform,
-		RunscAllowKVM: c.RunscAllowKVM,
-		Defaults:      c.Defaults,
-		Ceilings:      c.Ceilings,
-		PoolSize:      max(c.PoolSize, 0),
-		ForkServer:    c.ForkServer,
-		PoolIdle:      c.PoolIdle,
-		PoolBusy:      poolBusy,
-		Deps:          c.Deps,
-		Logger:        log,
+		StateDir:        c.StateDir,
+		Store:           c.Store(log),
+		AutoBuild:       c.AutoBuild,
+		CgroupParent:    c.CgroupParent,
+		MaxMemory:       c.MaxMemory,
+		MaxPids:         c.MaxPids,
+		UIDBase:         uint32(c.UIDBase),
+		Rootless:        rootless,
+		RootlessUID:     uid,
+		Isolation:       c.Isolation,
+		NoKernelSandbox: c.NoKernelSandbox,
+		WasmCache:       filepath.Join(c.LayerDir, "wasm-cache"),
+		Runsc:           c.RunscPath(),
+		RunscPlatform:   c.RunscPlatform,
+		RunscAllowKVM:   c.RunscAllowKVM,
+		Defaults:        c.Defaults,
+		Ceilings:        c.Ceilings,
+		PoolSize:        max(c.PoolSize, 0),
+		ForkServer:      c.ForkServer,
+		PoolIdle:        c.PoolIdle,
+		PoolBusy:        poolBusy,
+		Deps:            c.Deps,
+		Logger:          log,
 	}
 }
 
@@ -369,6 +345,18 @@ func Rootless() (uid, gid int, ok bool) {
 	uid, err1 := strconv.Atoi(u)
 	gid, err2 := strconv.Atoi(g)
 	return uid, gid, err1 == nil && err2 == nil
+}
+
+// NoUserNSEnv marks a sandcell of an unprivileged user that could not
+// enter its user namespace (cmd/sandcell's enterUserNS) and goes on
+// without one; its value says why.
+const NoUserNSEnv = "_SANDCELL_NO_USERNS"
+
+// NoUserNS returns why this unprivileged process has no user namespace,
+// and whether it is such a process (NoUserNSEnv).
+func NoUserNS() (string, bool) {
+	v := os.Getenv(NoUserNSEnv)
+	return v, v != "" && os.Geteuid() != 0
 }
 
 // rootlessDefaults are the defaults of a rootless server: its state in

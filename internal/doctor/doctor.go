@@ -31,7 +31,11 @@ func Checks(ctx context.Context, cfg *config.Config) []Check {
 	mode := limits.DetectMode()
 	uid, _, rootless := config.Rootless()
 	tc := Check{Name: "tier", Required: true, OK: true, Detail: TierText(limits.TierRoot)}
-	if rootless {
+	noUserNS := cfg.NoKernelSandbox != ""
+	if noUserNS {
+		tc.OK, tc.Required = false, false
+		tc.Detail = "no kernel sandbox (user namespaces refused): only isolation wasm runs"
+	} else if rootless {
 		d := limits.DetectDelegation(limits.DelegatedConfig{UID: uid, User: limits.UserName(uid), Mode: mode})
 		tc.Detail = TierText(d.Tier) + "; " + d.String()
 		if d.Tier != limits.TierDelegated {
@@ -57,9 +61,7 @@ func Checks(ctx context.Context, cfg *config.Config) []Check {
 	}
 	cs = append(cs, cg)
 
-	userns := readTrim("/proc/sys/user/max_user_namespaces")
-	cs = append(cs, Check{Name: "user namespaces", Required: true, OK: userns != "" && userns != "0",
-		Detail: "max_user_namespaces=" + userns, Fix: "sysctl -w user.max_user_namespaces=15000"})
+	cs = append(cs, usernsCheck(cfg, rootless), wasmCheck(cfg))
 
 	ok, ver := oci.SeccompSupport()
 	sc := Check{Name: "seccomp", Required: true, OK: ok && kernelHasSeccomp(), Detail: "libseccomp " + ver}
@@ -93,15 +95,149 @@ func Checks(ctx context.Context, cfg *config.Config) []Check {
 	}
 	cs = append(cs, mm)
 
+	if sc, ok := SlurmCheck(os.Getenv, readTrim("/proc/self/cgroup"), cfg.CgroupParent); ok {
+		cs = append(cs, sc)
+	}
+
 	store := cfg.Store(nil)
-	for _, l := range rootfs.Languages() {
+	for _, l := range append(rootfs.Languages(), rootfs.WasmLayers()...) {
 		c := Check{Name: "layer " + l.Name, Required: false, OK: true, Detail: "built in " + cfg.LayerDir}
 		if built, err := store.Built(l); err != nil || !built {
 			c.OK, c.Detail, c.Fix = false, "not built", "sandcell rootfs build "+l.Name
 		}
 		cs = append(cs, c)
 	}
-	return cs
+	return append(cs, imageCheck(store, cfg.LayerDir))
+}
+
+// imageCheck reports the imported images (run environments of --image).
+func imageCheck(store *rootfs.Store, home string) Check {
+	c := Check{Name: "image store", OK: true}
+	imgs, err := store.Images()
+	if err != nil {
+		c.OK, c.Detail, c.Fix = false, err.Error(), "sandcell image rm NAME (or remove the damaged record from "+home+"/rootfs/images/refs)"
+		return c
+	}
+	var bytes int64
+	names := make([]string, len(imgs))
+	for i, img := range imgs {
+		names[i], bytes = img.Name, bytes+img.Bytes
+	}
+	c.Detail = fmt.Sprintf("%d images in %s/rootfs/images", len(imgs), home)
+	if len(imgs) > 0 {
+		c.Detail += fmt.Sprintf(" (%s; %.1f MB unpacked, shared layers counted per image)", strings.Join(names, ", "), float64(bytes)/1e6)
+	} else {
+		c.Detail += " (import one: sandcell image import PATH --name NAME)"
+	}
+	return c
+}
+
+// SlurmCheck is the note on a run inside a Slurm job (SLURM_JOB_ID set;
+// getenv is os.Getenv, procCgroup the text of /proc/self/cgroup), and
+// false outside one. slurmd puts a job's processes in cgroups of its own
+// (proctrack/cgroup, task/cgroup: <hierarchy>:/slurm.../job_N/step_M),
+// where its limits, accounting and scancel apply. sandcell does not nest
+// its sandboxes there: each gets a cgroup under parent at the root of the
+// hierarchies (on cgroup v2 a job's cgroup holds processes, so by the
+// no-internal-processes rule it cannot also hold the sandboxes' limited
+// children). So Slurm neither limits nor counts the sandboxes' memory and
+// CPU, and reaches them only through sandcell.
+func SlurmCheck(getenv func(string) string, procCgroup, parent string) (Check, bool) {
+	job := getenv("SLURM_JOB_ID")
+	if job == "" {
+		return Check{}, false
+	}
+	what := "job " + job
+	if task := getenv("SLURM_ARRAY_TASK_ID"); task != "" {
+		what += fmt.Sprintf(" (array %s, task %s)", getenv("SLURM_ARRAY_JOB_ID"), task)
+	}
+	var slurmCgroups []string
+	for _, line := range strings.Split(procCgroup, "\n") {
+		// "6:freezer:/slurm_node/uid_0/job_2/step_batch" (v1) or
+		// "0::/system.slice/slurmstepd.scope/job_2/step_batch/user/task_0" (v2)
+		if _, rest, ok := strings.Cut(line, ":"); ok && (strings.Contains(rest, "/slurm") || strings.Contains(rest, "/job_")) {
+			slurmCgroups = append(slurmCgroups, rest)
+		}
+	}
+	c := Check{Name: "slurm", OK: true}
+	if len(slurmCgroups) == 0 {
+		c.Detail = what + ", no cgroup set by slurmd (proctrack/linuxproc): Slurm tracks this process by its pid only"
+	} else {
+		c.Detail = what + ", in cgroup " + strings.Join(slurmCgroups, ", ") + " set by slurmd"
+	}
+	cpus := getenv("SLURM_CPUS_PER_TASK")
+	if cpus == "" {
+		cpus = getenv("SLURM_CPUS_ON_NODE")
+	}
+	alloc := "the job's allocation"
+	switch cpus {
+	case "":
+	case "1":
+		alloc += " (1 CPU)"
+	default:
+		alloc += " (" + cpus + " CPUs)"
+	}
+	c.Detail += fmt.Sprintf("; sandboxes get cgroups of their own under --cgroup-parent %s, outside the job's: "+
+		"Slurm's limits and accounting do not cover them, and scancel reaches them through sandcell "+
+		"(SIGTERM cancels every run; after a SIGKILL the next sandcell on the node removes what is left). "+
+		"Keep --concurrency and the runs' limits within %s", parent, alloc)
+	return c, true
+}
+
+// usernsCheck says whether this user gets user namespaces (runc and
+// gVisor need them) and, if not, why and what fixes it.
+func usernsCheck(cfg *config.Config, rootless bool) Check {
+	var u UserNS
+	switch {
+	case rootless:
+		u = UserNS{Works: true} // this process runs in one
+	case os.Geteuid() == 0:
+		u = DiagnoseUserNS("/", nil, true)
+	default:
+		u = DiagnoseUserNS("/", ProbeUserNS(), false)
+	}
+	c := Check{Name: "user namespaces", Required: cfg.Isolation != "wasm", OK: u.Works, Fix: u.Fix}
+	switch {
+	case u.Works && os.Geteuid() == 0 && !rootless:
+		c.Detail = "root makes them; unprivileged users can too"
+	case u.Works:
+		c.Detail = "an unprivileged user namespace works (runc and gVisor run rootless)"
+	case os.Geteuid() == 0:
+		// Root's own runs work; a rootless sandcell of a user does not.
+		c.OK, c.Required = false, false
+		c.Detail = "root's sandboxes work, but unprivileged users get none: " + u.Reason + "; they can use isolation wasm"
+	default:
+		c.Detail = "refused for this user: " + u.Reason + "; what works: isolation wasm (" + strings.Join(wasmWorks(false), ", ") + ")"
+		c.Fix = u.Fix + "; or run with --isolation wasm"
+	}
+	return c
+}
+
+// wasmCheck describes isolation wasm, which needs nothing of the kernel.
+func wasmCheck(cfg *config.Config) Check {
+	kernel := cfg.NoKernelSandbox == ""
+	d := "in-process WebAssembly (wazero, WASI preview 1), no kernel feature needed: " + strings.Join(wasmWorks(kernel), ", ")
+	if !kernel {
+		d += "; c, cpp and rust need a runc sandbox for their compilers, which this host cannot start"
+	}
+	return Check{Name: "wasm", Required: cfg.Isolation == "wasm", OK: true, Detail: d}
+}
+
+// wasmWorks lists the languages isolation wasm runs: all its languages
+// with a kernel sandbox for the compilers, else those without a compile
+// phase.
+func wasmWorks(kernel bool) []string {
+	var out []string
+	for _, name := range rootfs.WasmLanguages() {
+		l, err := rootfs.Lookup(name)
+		if err != nil {
+			continue
+		}
+		if v, err := l.WasmVariant(); err == nil && (kernel || !v.Compiled()) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // missingControllers lists the controllers sandcell needs that the host

@@ -18,6 +18,15 @@
 //     services or the metadata service), unless the operator mapped the
 //     name to its addresses explicitly (Config.Hosts). The address dialled
 //     is the one checked: no second lookup between check and dial.
+//   - Exhausting the server's fds: at most Config.MaxConns connections of
+//     a proxy at once (more wait in the listener's backlog, in the kernel),
+//     each cut after Config.IdleTimeout without a byte either way; an
+//     install script opened about 7,000 idle connections before (issue
+//     #17), and the server reached its fd limit.
+//
+// A refusal is logged and remembered (Refusals): the package manager only
+// shows the client's side of it ("Tunnel connection failed: 403"), so the
+// install's error message names the reason.
 //
 // The proxy speaks to clients through any net.Listener; sandcell serves it
 // on a unix socket that oci bridges into the sandbox's network namespace,
@@ -67,8 +76,17 @@ type Config struct {
 	// the reading of a request's header (0: 30s).
 	DialTimeout   time.Duration
 	HeaderTimeout time.Duration
+	// MaxConns caps the connections served at once (0: netcopy.MaxConns);
+	// IdleTimeout cuts one that moved no byte either way for so long (0:
+	// netcopy.Idle).
+	MaxConns    int
+	IdleTimeout time.Duration
 	// Logger receives a warning per refusal; nil discards.
 	Logger *slog.Logger
+	// Refused, if set, is told of each refusal: "refused" (the policy
+	// said no: 403) or "failed" (a malformed request, the upstream
+	// failed); the server's metrics count them.
+	Refused func(kind string)
 	// Labels are added to every log line (e.g. "install", key).
 	Labels []any
 }
@@ -80,18 +98,25 @@ type Proxy struct {
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 	hdrTO   time.Duration
+	idle    time.Duration
 	log     *slog.Logger
+	refused func(kind string)
+	conns   *netcopy.Conns
 
-	mu     sync.Mutex
-	closed bool
-	ls     []net.Listener
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	refusals []string // distinct, the first maxRefusals
 }
+
+// maxRefusals bounds the refusals a proxy remembers for the error message.
+const maxRefusals = 8
 
 // New checks cfg and makes a proxy.
 func New(cfg Config) (*Proxy, error) {
-	p := &Proxy{allow: map[string]bool{}, hosts: map[string][]netip.Addr{}, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{allow: map[string]bool{}, hosts: map[string][]netip.Addr{}, conns: netcopy.NewConns(cfg.MaxConns),
+		idle: cfg.IdleTimeout, refused: cfg.Refused}
+	if p.idle <= 0 {
+		p.idle = netcopy.Idle
+	}
 	for _, hp := range cfg.Allow {
 		host, port, err := splitTarget(hp, "")
 		if err != nil {
@@ -136,64 +161,22 @@ func New(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
-// Serve accepts clients on l until l fails or Close is called.
+// Serve accepts clients on l until l fails or Close is called, at most
+// Config.MaxConns at once.
 func (p *Proxy) Serve(l net.Listener) error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		l.Close()
-		return net.ErrClosed
-	}
-	p.ls = append(p.ls, l)
-	p.mu.Unlock()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return err
-		}
-		if !p.track(c, true) {
-			c.Close()
-			return net.ErrClosed
-		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			defer p.track(c, false)
-			defer c.Close()
-			p.serveConn(c)
-		}()
-	}
-}
-
-// track adds (or removes) a live connection; false when closed.
-func (p *Proxy) track(c net.Conn, add bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !add {
-		delete(p.conns, c)
-		return true
-	}
-	if p.closed {
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
+	return p.conns.Serve(l, p.serveConn)
 }
 
 // Close stops the listeners, cuts every connection (tunnels included)
 // and waits for their goroutines.
-func (p *Proxy) Close() error {
+func (p *Proxy) Close() error { return p.conns.Close() }
+
+// Refusals are the distinct reasons the proxy refused or failed a
+// connection so far (the first few), for an install's error message.
+func (p *Proxy) Refusals() []string {
 	p.mu.Lock()
-	p.closed = true
-	for _, l := range p.ls {
-		l.Close()
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-	return nil
+	defer p.mu.Unlock()
+	return slices.Clone(p.refusals)
 }
 
 // serveConn serves one client: CONNECT opens a tunnel (the rest of the
@@ -201,7 +184,7 @@ func (p *Proxy) Close() error {
 // closed after its response.
 func (p *Proxy) serveConn(c net.Conn) {
 	br := bufio.NewReaderSize(c, 16<<10)
-	c.SetReadDeadline(time.Now().Add(p.hdrTO))
+	c.SetReadDeadline(time.Now().Add(min(p.hdrTO, p.idle))) // a silent client is idle too
 	req, err := http.ReadRequest(br)
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
@@ -230,7 +213,7 @@ func (p *Proxy) serveConn(c net.Conn) {
 				return
 			}
 		}
-		netcopy.Splice(c, conn)
+		netcopy.Splice(c, conn, p.idle)
 		return
 	}
 	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
@@ -244,6 +227,8 @@ func (p *Proxy) serveConn(c net.Conn) {
 		return
 	}
 	defer conn.Close()
+	// One side talks at a time: each read and write gets the idle bound.
+	conn, c = netcopy.WithIdle(conn, p.idle), netcopy.WithIdle(c, p.idle)
 	for _, h := range []string{"Proxy-Authorization", "Proxy-Connection", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"} {
 		req.Header.Del(h)
 	}
@@ -416,16 +401,41 @@ func (p *Proxy) refuseErr(c net.Conn, target string, err error) {
 	p.refuse(c, target, err.Error(), code)
 }
 
-// refuse logs the refusal and answers the client.
+// refuse logs and remembers the refusal and answers the client. The
+// reason is also the status line's reason phrase (visible ASCII, cut):
+// pip prints "Tunnel connection failed: 403 <phrase>", so the install's own
+// output says why.
 func (p *Proxy) refuse(c net.Conn, target, why string, code int) {
+	kind := "failed"
 	if code == http.StatusForbidden {
+		kind = "refused"
 		p.log.Warn("egress refused", "target", target, "reason", why)
 	} else {
 		p.log.Info("egress failed", "target", target, "reason", why)
 	}
+	if p.refused != nil {
+		p.refused(kind)
+	}
+	p.mu.Lock()
+	if len(p.refusals) < maxRefusals && !slices.Contains(p.refusals, why) {
+		p.refusals = append(p.refusals, why)
+	}
+	p.mu.Unlock()
 	body := "sandcell egress proxy: " + why + "\n"
 	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		code, http.StatusText(code), len(body), body)
+		code, reasonPhrase("sandcell egress: "+why), len(body), body)
+}
+
+// reasonPhrase is s as an HTTP reason phrase: printable ASCII only, at
+// most 200 bytes.
+func reasonPhrase(s string) string {
+	b := make([]byte, 0, min(len(s), 200))
+	for i := 0; i < len(s) && len(b) < 200; i++ {
+		if s[i] >= 0x20 && s[i] < 0x7f {
+			b = append(b, s[i])
+		}
+	}
+	return string(b)
 }
 
 // ListenUnix serves p on a new unix socket at path (mode 0600: only root,

@@ -44,8 +44,15 @@ type Problem struct {
 type Program struct {
 	TaskID   string
 	Language string // sandcell's name: python, javascript, go, cpp, java, rust
-	Source   string
+	// Run is the sandcell language the program runs in: Language, but
+	// python-data for python (the harness's helpers import numpy, which
+	// that layer has).
+	Run    string
+	Source string
 }
+
+// runIn is the layer each benchmark language runs in.
+var runIn = map[string]string{"python": "python-data"}
 
 // languages maps a task id's prefix ("CPP/12") to sandcell's language.
 var languages = map[string]string{
@@ -91,9 +98,8 @@ var (
 //
 //   - python: the import helpers, prompt, the completion cut at its first
 //     unindented line, test. The test calls check(entry point) itself.
-//     The harness imports numpy among its helpers; the python layer has
-//     no numpy and no problem uses it, so the two numpy lines are left
-//     out (an import that fails would fail every problem).
+//     The harness imports numpy among its helpers: the program runs in
+//     the python-data layer (Program.Run), which has it.
 //   - javascript, java: prompt + completion + "\n" + test (java's test is
 //     the public class Main).
 //   - cpp: the include helpers the prompt lacks, prompt + completion +
@@ -141,7 +147,11 @@ func Assemble(p Problem, completion string) (Program, error) {
 	if err != nil {
 		return Program{}, err
 	}
-	return Program{TaskID: p.TaskID, Language: lang, Source: src}, nil
+	run := lang
+	if r, ok := runIn[lang]; ok {
+		run = r
+	}
+	return Program{TaskID: p.TaskID, Language: lang, Run: run, Source: src}, nil
 }
 
 func assemblePython(p Problem, completion string) string {
@@ -152,13 +162,7 @@ func assemblePython(p Problem, completion string) string {
 		}
 		kept = append(kept, line)
 	}
-	var setup []string
-	for _, imp := range pythonImports {
-		if !strings.Contains(imp, "numpy") {
-			setup = append(setup, imp)
-		}
-	}
-	return strings.Join(setup, "\n") + "\n" + p.Prompt + strings.Join(kept, "\n") + "\n" + p.Test + "\n"
+	return strings.Join(pythonImports, "\n") + "\n" + p.Prompt + strings.Join(kept, "\n") + "\n" + p.Test + "\n"
 }
 
 var goTestFunc = regexp.MustCompile(`(?m)^func (Test\w*)\(t \*testing\.T\)`)

@@ -53,8 +53,8 @@ func TestAssembleEveryCanonical(t *testing.T) {
 		switch prog.Language {
 		case "python":
 			must = []string{"from collections import *\n" + p.Prompt, "\ncheck("}
-			if strings.Contains(src, "numpy") {
-				t.Errorf("%s: imports numpy, which the python layer lacks", p.TaskID)
+			if !strings.Contains(src, "import numpy\nimport numpy as np\n") || prog.Run != "python-data" {
+				t.Errorf("%s: run in %q, numpy imported: %v; want the harness's numpy imports, run in python-data", p.TaskID, prog.Run, strings.Contains(src, "numpy"))
 			}
 		case "javascript", "java":
 			must = []string{p.Prompt + p.CanonicalSolution + "\n" + p.Test}

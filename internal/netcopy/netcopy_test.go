@@ -3,6 +3,8 @@ package netcopy
 import (
 	"io"
 	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -47,7 +49,7 @@ func TestSpliceHalfClose(t *testing.T) {
 			c.Close()
 			return
 		}
-		Splice(c, up)
+		Splice(c, up, 0)
 		close(spliced)
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
@@ -66,5 +68,76 @@ func TestSpliceHalfClose(t *testing.T) {
 	case <-spliced:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Splice did not return after both sides ended")
+	}
+}
+
+// TestSpliceIdle: a spliced pair that moves nothing is cut after idle; a
+// one-way transfer (a download: the client sends nothing meanwhile) is
+// not idle.
+func TestSpliceIdle(t *testing.T) {
+	pair := func() (client, far net.Conn, spliced chan struct{}) {
+		a1, a2 := net.Pipe()
+		b1, b2 := net.Pipe()
+		spliced = make(chan struct{})
+		go func() { Splice(a2, b1, 150*time.Millisecond); close(spliced) }()
+		return a1, b2, spliced
+	}
+	client, far, spliced := pair()
+	defer client.Close()
+	defer far.Close()
+	select {
+	case <-spliced:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an idle splice was not cut")
+	}
+
+	client, far, spliced = pair()
+	defer client.Close()
+	defer far.Close()
+	go func() {
+		for range 8 { // 8 x 50 ms: longer than idle, never idle for it
+			far.Write([]byte("chunk"))
+			time.Sleep(50 * time.Millisecond)
+		}
+		far.Close()
+	}()
+	got, _ := io.ReadAll(client)
+	if string(got) != strings.Repeat("chunk", 8) {
+		t.Errorf("a download through the splice got %q, want 8 chunks", got)
+	}
+	<-spliced
+}
+
+// TestConnsBound: Conns serves at most max connections at once; the
+// others wait, unaccepted, until one ends.
+func TestConnsBound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewConns(3)
+	release := make(chan struct{})
+	var served atomic.Int32
+	go s.Serve(ln, func(c net.Conn) { served.Add(1); <-release })
+	var cs []net.Conn
+	for range 10 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs = append(cs, c)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n, l := served.Load(), s.Len(); n != 3 || l != 3 {
+		t.Errorf("served %d, holding %d of 10 connections; want 3 (the bound)", n, l)
+	}
+	close(release)
+	for served.Load() < 10 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.Close()
+	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		t.Error("the listener still accepts after Close")
 	}
 }

@@ -68,8 +68,11 @@ type Options struct {
 
 // Meta describes a session; it is persisted as <id>/meta.json.
 type Meta struct {
-	ID       string        `json:"id"`
-	Language string        `json:"language,omitempty"`
+	ID       string `json:"id"`
+	Language string `json:"language,omitempty"`
+	// Image is the imported image the session's runs get as their root
+	// when they name none (create_session's image).
+	Image    string        `json:"image,omitempty"`
 	Created  time.Time     `json:"created"`
 	LastUsed time.Time     `json:"last_used"`
 	TTL      time.Duration `json:"ttl"`   // idle expiry, in nanoseconds
@@ -257,19 +260,26 @@ func tmpName(prefix string) string { return prefix + strings.ToLower(rand.Text()
 // as given (a short label); ttl is its idle expiry, 0 for the store's
 // default.
 func (s *Store) Create(language string, ttl time.Duration) (Meta, error) {
+	return s.CreateIn(language, "", ttl)
+}
+
+// CreateIn is Create for a session whose runs are in the imported image
+// (Meta.Image; "" : none).
+func (s *Store) CreateIn(language, image string, ttl time.Duration) (Meta, error) {
+	if badName(image, 128) {
+		return Meta{}, fmt.Errorf("%w: image %s", ErrInvalid, short(image))
+	}
 	if ttl < 0 {
 		return Meta{}, fmt.Errorf("%w: session TTL %v is negative", ErrInvalid, ttl)
 	}
-	if len(language) > maxLanguage || strings.ContainsFunc(language, func(r rune) bool {
-		return r == unicode.ReplacementChar || !unicode.IsGraphic(r) || unicode.IsSpace(r)
-	}) {
+	if badName(language, maxLanguage) {
 		return Meta{}, fmt.Errorf("%w: language %s", ErrInvalid, short(language))
 	}
 	if ttl == 0 {
 		ttl = s.opts.TTL
 	}
 	now := s.now().Round(0)
-	m := Meta{ID: newID(), Language: language, Created: now, LastUsed: now, TTL: ttl, Quota: s.opts.Quota}
+	m := Meta{ID: newID(), Language: language, Image: image, Created: now, LastUsed: now, TTL: ttl, Quota: s.opts.Quota}
 	fd, err := s.openStore()
 	if err != nil {
 		return Meta{}, err
@@ -285,6 +295,14 @@ func (s *Store) Create(language string, ttl time.Duration) (Meta, error) {
 	}
 	s.log.Info("workspace session created", "session_id", m.ID, "language", language, "ttl", ttl)
 	return m, nil
+}
+
+// badName reports whether a name kept in meta.json is longer than max or
+// holds anything but graphic, non-space characters.
+func badName(name string, max int) bool {
+	return len(name) > max || strings.ContainsFunc(name, func(r rune) bool {
+		return r == unicode.ReplacementChar || !unicode.IsGraphic(r) || unicode.IsSpace(r)
+	})
 }
 
 func (s *Store) build(fd int, tmp string, m *Meta) error {
@@ -410,10 +428,17 @@ func (s *Store) Get(id string) (*Session, error) {
 	if m.expired(now) {
 		return nil, fmt.Errorf("%w: session %s expired (idle since %s)", ErrNotFound, id, m.LastUsed.Format(time.RFC3339))
 	}
-	m.LastUsed = now
-	if err := writeMeta(sess, &m); err != nil {
-		return nil, fmt.Errorf("session %s: %w", id, err)
+	// LastUsed is persisted (a synced write) at most about once a second
+	// (a sixteenth of the TTL if that is less): a session used many times
+	// a second (a kernel's cells) must not pay a disk sync for each use,
+	// and its expiry moves by that much at most.
+	if now.Sub(m.LastUsed) >= min(time.Second, m.TTL/16) {
+		m.LastUsed = now
+		if err := writeMeta(sess, &m); err != nil {
+			return nil, fmt.Errorf("session %s: %w", id, err)
+		}
 	}
+	m.LastUsed = now
 	return &Session{meta: m, store: s, st: st}, nil
 }
 

@@ -1,0 +1,158 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/rootfs"
+)
+
+// Kernels: a session's live interpreter (oci.Kernel), started from the
+// language's catalogue entry (rootfs.Kernel). This file decides a
+// kernel's sandbox the way Execute decides a run's: the language once,
+// the limits here, the root and the session's dependency layer as for a
+// run; package service keeps the kernels of sessions.
+
+// KernelCPULifetime is a kernel's RLIMIT_CPU, a backstop for its whole
+// life (each cell has its own CPU-time budget, watched on the kernel's
+// cgroup): a kernel that used this much CPU time dies of SIGXCPU and the
+// next call starts a new one.
+const KernelCPULifetime = time.Hour
+
+// KernelReadyTimeout bounds a kernel's start, from its container's
+// creation to its driver's ready message.
+const KernelReadyTimeout = 60 * time.Second
+
+// KernelRequest is a kernel to start for a session.
+type KernelRequest struct {
+	// Language is the kernel's language (a name or an alias).
+	Language string
+	// Limits are the kernel's sandbox's for its whole life: memory,
+	// pids, CPUs, tmpfs, file size, open files (timeouts are the cells').
+	Limits api.Limits
+	// Isolation must be runc or "" (the server's default, which must then
+	// be runc): kernels are libcontainer sandboxes.
+	Isolation string
+	// Workspace, WorkBytes and Installed are the session's, as in Request.
+	Workspace oci.Workspace
+	WorkBytes int64
+	Installed map[string][]string
+	// Admit is called once before the kernel's sandbox starts (as
+	// Request.Admit), and released when StartKernel returns.
+	Admit func(ctx context.Context) (release func(), err error)
+}
+
+// StartedKernel is a kernel and what it was started with.
+type StartedKernel struct {
+	*oci.Kernel
+	Language rootfs.Language
+	Limits   limits.Set
+	Notes    []string
+}
+
+// KernelLanguage resolves a kernel's language: named, with a kernel.
+func KernelLanguage(name string) (rootfs.Language, error) {
+	lang, err := rootfs.Lookup(name)
+	if err != nil {
+		return rootfs.Language{}, err
+	}
+	if lang.Kernel == nil {
+		return rootfs.Language{}, fmt.Errorf("%w: %s has no live interpreter (kernels: %s); execute_code runs it as a program",
+			rootfs.ErrNoKernel, lang.Name, strings.Join(rootfs.KernelLanguages(), ", "))
+	}
+	return lang, nil
+}
+
+// StartKernel starts a kernel (see oci.Libcontainer.StartKernel). An error
+// is a refusal (api.ErrInvalid, api.ErrBusy) or sandcell's failure to
+// start it.
+func (e *Executor) StartKernel(ctx context.Context, req KernelRequest) (*StartedKernel, error) {
+	lang, err := KernelLanguage(req.Language)
+	if err != nil {
+		return nil, err
+	}
+	iso := req.Isolation
+	if iso == "" {
+		iso = e.opts.Isolation
+	}
+	if iso != "runc" {
+		return nil, fmt.Errorf("%w: kernels run with isolation runc only (asked: %s)", ErrIsolation, iso)
+	}
+	lim, notes, err := e.kernelLimits(lang, req.Limits)
+	if err != nil {
+		return nil, err
+	}
+	driver, err := rootfs.KernelDriver(lang)
+	if err != nil {
+		return nil, err
+	}
+	root, err := e.root(ctx, lang, nil)
+	if err != nil {
+		return nil, err
+	}
+	adm := &admission{admit: req.Admit}
+	defer adm.release()
+	deps, err := e.runDeps(ctx, lang, Request{Installed: req.Installed}, adm)
+	if err != nil {
+		return nil, err
+	}
+	if err := adm.enter(ctx); err != nil {
+		return nil, err
+	}
+	env := mergeEnv(lang.Env, lang.Kernel.Env)
+	var mounts []oci.Mount
+	if deps != nil {
+		mounts, env = deps.mounts(), mergeEnv(env, deps.Env)
+	}
+	argv := slices.Clone(lang.Kernel.Argv)
+	for i, a := range argv {
+		if a == rootfs.DriverPlaceholder {
+			argv[i] = oci.KernelDir + "/" + lang.Kernel.Driver[0]
+		}
+	}
+	k, err := e.rt.StartKernel(ctx, &oci.Request{Root: root, Args: argv, Env: env, Limits: lim,
+		Workspace: req.Workspace, WorkBytes: req.WorkBytes, Mounts: mounts}, driver, KernelReadyTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &StartedKernel{Kernel: k, Language: lang, Limits: lim, Notes: notes}, nil
+}
+
+// kernelLimits are a kernel sandbox's limits: decided as a run's
+// (PhaseLimits: the language's adjustments, the request's, the
+// ceilings), with KernelCPULifetime as its RLIMIT_CPU.
+func (e *Executor) kernelLimits(lang rootfs.Language, req api.Limits) (limits.Set, []string, error) {
+	req.TimeoutMS, req.CPUTimeMS = 0, 0
+	lim, notes, err := e.PhaseLimits(lang.Limits, req)
+	if err != nil {
+		return limits.Set{}, nil, err
+	}
+	lim.CPUTime = KernelCPULifetime
+	return lim, notes, nil
+}
+
+// CellLimits are one cell's limits: its wall clock, CPU-time budget and
+// output cap, decided as a run's (the server's defaults, raised by the
+// language's, then the request's, clamped to the ceilings).
+func (e *Executor) CellLimits(lang rootfs.Language, req api.Limits) (limits.Set, []string, error) {
+	return e.PhaseLimits(lang.Limits, api.Limits{TimeoutMS: req.TimeoutMS, CPUTimeMS: req.CPUTimeMS, OutputBytes: req.OutputBytes})
+}
+
+// mergeEnv is base with over's entries added; a key given again takes
+// over's value (an environment must not hold a key twice: getenv and
+// the interpreters disagree on which one wins).
+func mergeEnv(base, over []string) []string {
+	out := slices.Clone(base)
+	for _, kv := range over {
+		k, _, _ := strings.Cut(kv, "=")
+		out = slices.DeleteFunc(out, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		out = append(out, kv)
+	}
+	return out
+}

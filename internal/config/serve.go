@@ -1,0 +1,53 @@
+package config
+
+import (
+	"flag"
+	"strings"
+	"time"
+)
+
+// Serve is what `sandcell serve` takes besides Config: its transports and
+// their access rules. Its flags are the serve command's; a config file
+// sets them by the same names.
+type Serve struct {
+	// Stdio serves MCP on stdin/stdout (the default when neither HTTP nor
+	// TCP is given).
+	Stdio bool
+	// HTTP and TCP are listen addresses ("" : off); a bare ":PORT" binds
+	// 127.0.0.1.
+	HTTP, TCP string
+	// AuthTokenFile, if set, holds the bearer token HTTP requires.
+	AuthTokenFile string
+	// AllowOrigins are browser Origins allowed on HTTP besides loopback
+	// ones ("*": any).
+	AllowOrigins []string
+	// Prebuild are languages whose layers are built before the server
+	// accepts calls.
+	Prebuild []string
+	// DrainTimeout is how long a SIGTERM/SIGINT first drains (/readyz
+	// 503, new sessions refused, calls in flight finish) before the runs
+	// left are cancelled; 0 cancels at once.
+	DrainTimeout time.Duration
+}
+
+// AddFlags registers serve's flags on fs.
+func (s *Serve) AddFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&s.Stdio, "stdio", s.Stdio, "serve on stdin/stdout (the default when neither --http nor --tcp is given)")
+	fs.StringVar(&s.HTTP, "http", s.HTTP, "serve Streamable HTTP on ADDR at /mcp, and Piston's and Judge0's REST APIs (e.g. 127.0.0.1:8080; a bare :PORT binds 127.0.0.1)")
+	fs.StringVar(&s.TCP, "tcp", s.TCP, "serve newline-delimited JSON on TCP ADDR (e.g. 127.0.0.1:3000; a bare :PORT binds 127.0.0.1)")
+	fs.StringVar(&s.AuthTokenFile, "auth-token-file", s.AuthTokenFile, "require 'Authorization: Bearer TOKEN' on HTTP, TOKEN read from this file")
+	fs.Var(&listValue{p: &s.AllowOrigins}, "allow-origin", "browser Origin allowed on HTTP besides loopback ones (repeatable; * for any)")
+	fs.DurationVar(&s.DrainTimeout, "drain-timeout", s.DrainTimeout, "on SIGTERM/SIGINT, first drain for at most this long: /readyz turns 503, new sessions are refused, requests in flight finish (0: cancel them at once)")
+	fs.Var(&listValue{p: &s.Prebuild, split: true}, "prebuild", "LANG,...: build these languages' layers before accepting calls (repeatable)")
+}
+
+// splitList splits a comma-separated flag value.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,334 @@
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandcell/sandcell/api"
+)
+
+// Regressions of what real clients tripped on (issue #17: TypeScript SDK
+// 2.4.0, Go SDK 1.8.0, Inspector 2.12.0); conformance/ runs the clients
+// themselves.
+
+// installServer is sandboxServer with install_dependencies.
+func installServer(t *testing.T, opts *Options) (*Server, *fakeSandbox) {
+	t.Helper()
+	s := NewServer(opts)
+	f := &fakeSandbox{}
+	AddSandboxTools(s, f, &SandboxOptions{ExecuteToolOptions: ExecuteToolOptions{Languages: []string{"python", "py"}, ProgressEvery: 20 * time.Millisecond},
+		Installer: &fakeInstaller{}, InstallLanguages: []string{"python", "py"}})
+	return s, f
+}
+
+// TestSchemasPlainTypes: no tool schema has a type union with null (20
+// of them across 6 tools before), and an optional argument given as null
+// counts as absent.
+func TestSchemasPlainTypes(t *testing.T) {
+	s, f := installServer(t, nil)
+	c := dialSandbox(t, s, nil)
+	resp, _ := c.call("tl", "tools/list", map[string]any{})
+	if n := strings.Count(mustJSON(resp), `"type":["null",`); n > 0 {
+		t.Errorf("tools/list has %d type unions with null", n)
+	}
+	r := c.tool("execute_code", map[string]any{"language": "python", "source": "x", "stdin": nil, "args": nil, "files": nil})
+	if r["isError"] == true {
+		t.Errorf("optional arguments given as null: %s", resText(r))
+	}
+	if req := f.lastRun(t); req.Stdin != nil || len(req.Args) != 0 {
+		t.Errorf("null stdin and args reached the run as %q, %q", req.Stdin, req.Args)
+	}
+	r = c.tool("install_dependencies", map[string]any{"language": "python", "packages": nil})
+	if r["isError"] != true || !strings.Contains(resText(r), "packages") {
+		t.Errorf("a required argument given as null: %s, want refused", resText(r))
+	}
+}
+
+// TestValidationErrorCut: a refused argument is not echoed whole (a 5 MB
+// source made a 5.3 MB error).
+func TestValidationErrorCut(t *testing.T) {
+	s, _ := testServer(t)
+	c := newStreamConn(t, s)
+	c.initialize(Version20251125, nil)
+	r, _ := callResult(t, c, 1, map[string]any{"language": "fake", "source": strings.Repeat("x", 5<<20)})
+	text := r["content"].([]any)[0].(map[string]any)["text"].(string)
+	if r["isError"] != true || len(text) > 2000 || !strings.Contains(text, "argument source") {
+		t.Errorf("validation error of a 5 MB source: %d bytes (isError %v), want a short error naming the argument: %.300q", len(text), r["isError"], text)
+	}
+}
+
+// TestOversizedKeepsID: an error about a message over the size limit
+// carries the request's id when it can be read, on stdio and on HTTP (with
+// id null the TypeScript SDK cannot match it, and the call hung until its
+// timeout).
+func TestOversizedKeepsID(t *testing.T) {
+	big := strings.Repeat("a", 5000)
+	for _, tc := range []struct {
+		line string
+		id   any
+		late bool // the id comes after the limit: HTTP reads no further
+	}{
+		{`{"jsonrpc":"2.0","id":"call-7","method":"tools/call","params":{"name":"write_file","arguments":{"content":"` + big + `"}}}`, "call-7", false},
+		{`{"jsonrpc":"2.0","method":"tools/call","params":{"arguments":{"id":"inner","content":"` + big + `"}},"id":42}`, 42.0, true},
+		{`{"params":{"content":"` + big + `\"id\":99"},"id":"q\"uoted"}`, `q"uoted`, true},
+		{`{"jsonrpc":"2.0","method":"x","params":{"content":"` + big + `"}}`, nil, false},
+	} {
+		s := NewServer(&Options{MaxMessageBytes: 1024})
+		c := newStreamConn(t, s)
+		c.sendRaw(tc.line)
+		m := c.next()
+		if errCode(m) != CodeInvalidRequest || !jsonEqual(m["id"], tc.id) {
+			t.Errorf("stdio, oversized %.60s...: %v, want id %v", tc.line, m, tc.id)
+		}
+
+		h := NewHTTPHandler(s, nil)
+		req := httptest.NewRequest("POST", "http://127.0.0.1/mcp", strings.NewReader(tc.line))
+		req.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		want := tc.id
+		if tc.late {
+			want = nil
+		}
+		if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), `"id":`+mustJSON(want)) {
+			t.Errorf("HTTP, oversized %.60s...: %d %s, want 413 with id %v", tc.line, w.Code, w.Body, want)
+		}
+		h.Close()
+	}
+}
+
+// TestIDScanner: the id of a message is found in pieces of any size,
+// only at the top level.
+func TestIDScanner(t *testing.T) {
+	for _, tc := range []struct{ msg, want string }{
+		{`{"id":1,"method":"m"}`, `1`},
+		{`{ "method" : "m" , "id" : "a\"b" }`, `"a\"b"`},
+		{`{"params":{"id":5,"x":[{"id":6}]},"id":7}`, `7`},
+		{`{"params":"\"id\":3","id":-12}`, `-12`},
+		{`{"idx":1,"id":null}`, ``},
+		{`{"id":1.5}`, ``},
+		{`{"id":{"a":1}}`, ``},
+		{`["id",1]`, ``},
+		{`{"id":"` + strings.Repeat("z", 2000) + `"}`, ``},
+		{`{"method":"m","params":{"s":"` + strings.Repeat("x", 100) + ``, ``}, // cut before any id
+		{`{"id":"cut","params":{"s":"xxx`, `"cut"`},
+	} {
+		for _, piece := range []int{1, 3, 1 << 20} {
+			var sc idScanner
+			for i := 0; i < len(tc.msg); i += piece {
+				sc.Write([]byte(tc.msg[i:min(i+piece, len(tc.msg))]))
+			}
+			if got := sc.ID().String(); got != tc.want {
+				t.Errorf("id of %.50s in pieces of %d: %q, want %q", tc.msg, piece, got, tc.want)
+			}
+		}
+	}
+}
+
+// TestWriteFileFitsAMessage: write_file's content limit is one a message
+// can carry (it was 4/3 of 16 MiB, past the 16 MiB message limit).
+func TestWriteFileFitsAMessage(t *testing.T) {
+	for _, limit := range []int{0, 1 << 20} {
+		s, _ := installServer(t, &Options{MaxMessageBytes: limit})
+		c := dialSandbox(t, s, nil)
+		max := c.tools["write_file"]["inputSchema"].(map[string]any)["properties"].(map[string]any)["content"].(map[string]any)["maxLength"].(float64)
+		msgLimit := s.opts.MaxMessageBytes
+		if int(max) >= msgLimit || int(max) < msgLimit/2 {
+			t.Errorf("message limit %d: write_file content maxLength %v, want below it (and not far)", msgLimit, max)
+		}
+	}
+}
+
+// TestHTTPSessionsEvicted: a client that opens sessions and leaves them
+// does not lock others out (the table was swept only of sessions idle for
+// an hour): a new session takes the place of the least recently used idle
+// one, a busy one is never evicted, and one remote client's sessions
+// never evict another's.
+func TestHTTPSessionsEvicted(t *testing.T) {
+	s, _ := testServer(t)
+	h := NewHTTPHandler(s, &HTTPOptions{MaxSessions: 4, MaxSessionsPerClient: 2, AnyHost: true})
+	defer h.Close()
+	initialize := func(remote string) (string, int) {
+		req := httptest.NewRequest("POST", "/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.RemoteAddr = remote
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Header().Get(headerSessionID), w.Code
+	}
+	alive := func(id string) bool { return h.lookup(id) != nil }
+
+	a1, _ := initialize("192.0.2.1:1000")
+	a2, _ := initialize("192.0.2.1:1001")
+	a3, code := initialize("192.0.2.1:1002") // over A's own cap: A's oldest goes
+	if code != 200 || alive(a1) || !alive(a2) || !alive(a3) {
+		t.Errorf("a third session of client A (cap 2): HTTP %d, a1 %v a2 %v a3 %v; want a1 evicted", code, alive(a1), alive(a2), alive(a3))
+	}
+	b1, _ := initialize("198.51.100.7:1000")
+	// A busy session (a request in flight) is never evicted.
+	h.sessions[b1].active++
+	b2, _ := initialize("198.51.100.7:1001")
+	l1, code := initialize("127.0.0.1:1000") // table full (4): the LRU idle one goes
+	if code != 200 || !alive(b1) || !alive(b2) || alive(a2) {
+		t.Errorf("a new client with the table full: HTTP %d; b1 %v (busy) b2 %v a2 %v (the least recently used); want only a2 evicted", code, alive(b1), alive(b2), alive(a2))
+	}
+	_ = l1
+	h.sessions[b2].active++
+	if _, code := initialize("198.51.100.7:1002"); code != http.StatusServiceUnavailable {
+		t.Errorf("a third session of client B with both of B's busy: HTTP %d, want 503", code)
+	}
+}
+
+// TestHTTPSlowBody: a POST whose body does not arrive in time gets 408
+// and its connection back, instead of holding it open.
+func TestHTTPSlowBody(t *testing.T) {
+	s, _ := testServer(t)
+	h := NewHTTPHandler(s, &HTTPOptions{BodyTimeout: 200 * time.Millisecond})
+	ts := httptest.NewServer(h)
+	defer ts.Close()
+	defer h.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest("POST", ts.URL+"/mcp", pr)
+	req.ContentLength = 1000
+	req.Header.Set("Content-Type", "application/json")
+	go fmt.Fprint(pw, `{"jsonrpc":"2.0",`) // and nothing more
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || time.Since(start) > 5*time.Second {
+		t.Errorf("a stalled body: HTTP %d after %v, want 408 after about 200 ms", resp.StatusCode, time.Since(start))
+	}
+}
+
+// TestLiveOutputWholeLines: a line written in pieces slower than the 100
+// ms batching arrives as one notification (it was split where the pieces
+// met); a prompt without a newline still comes, after liveHold.
+func TestLiveOutputWholeLines(t *testing.T) {
+	s, f, _ := sandboxServer(t)
+	f.exec = func(ctx context.Context, req api.Request) (api.Result, error) {
+		for _, piece := range []string{"hel", "lo\nwor", "ld\n", "Name? "} {
+			req.Output("stdout", piece)
+			time.Sleep(150 * time.Millisecond)
+		}
+		time.Sleep(700 * time.Millisecond)
+		return api.Result{Phase: api.Phase{Stdout: "hello\nworld\nName? ", Status: "ok"}}, nil
+	}
+	c := dialSandbox(t, s, nil)
+	_, before := c.callTool("execute_code", map[string]any{"language": "python", "source": "x"}, map[string]any{"_meta": map[string]any{"progressToken": "p"}})
+	var texts []string
+	for _, m := range before {
+		if p, ok := m["params"].(map[string]any); ok && m["method"] == "notifications/progress" {
+			if meta, ok := p["_meta"].(map[string]any); ok {
+				texts = append(texts, meta[MetaText].(string))
+			}
+		}
+	}
+	if want := []string{"hello\n", "world\n", "Name? "}; !slices.Equal(texts, want) {
+		t.Errorf("live output %q, want the lines whole: %q", texts, want)
+	}
+}
+
+// TestSecondInitializeRefused: initialize is answered once per session,
+// on every transport (a stream accepted a second one).
+func TestSecondInitializeRefused(t *testing.T) {
+	s, _ := testServer(t)
+	c := newStreamConn(t, s)
+	result(t, c.initialize(Version20251125, nil))
+	resp := c.initialize(Version20250618, nil)
+	if errCode(resp) != CodeInvalidRequest || !strings.Contains(mustJSON(resp), "already initialized") {
+		t.Errorf("a second initialize on one stream: %v, want an invalid-request error", resp)
+	}
+	s.mu.Lock()
+	for ss := range s.sessions {
+		if v := ss.ProtocolVersion(); v != Version20251125 {
+			t.Errorf("the session's version became %s, want the first initialize's", v)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// TestStatelessClientWithoutMeta: a client of the stateless era that
+// leaves _meta out of a request (the Go SDK does for ping and
+// logging/setLevel) gets the same answer on a stream and on HTTP: ping is
+// answered, the others get an error that says what that era wants (HTTP
+// answered 400, stdio "send initialize first").
+func TestStatelessClientWithoutMeta(t *testing.T) {
+	type answer struct {
+		code int
+		text string
+	}
+	want := map[string]answer{
+		"ping":             {0, ""},
+		"logging/setLevel": {CodeMethodNotFound, MetaLogLevel},
+		"tools/list":       {CodeInvalidRequest, MetaProtocolVersion},
+	}
+	params := map[string]any{"ping": nil, "logging/setLevel": map[string]any{"level": "info"}, "tools/list": map[string]any{}}
+	check := func(transport, method string, m map[string]any) {
+		t.Helper()
+		w := want[method]
+		if errCode(m) != w.code || (w.code == 0 && m["result"] == nil) || !strings.Contains(mustJSON(m), w.text) {
+			t.Errorf("%s, %s without _meta after server/discover: %v, want error %d naming %q", transport, method, m, w.code, w.text)
+		}
+	}
+
+	s, _ := testServer(t)
+	c := newStreamConn(t, s)
+	if resp, _ := c.call("d", "server/discover", map[string]any{"_meta": statelessMeta(nil)}); resp["result"] == nil {
+		t.Fatalf("server/discover: %v", resp)
+	}
+	for method := range want {
+		resp, _ := c.call(method, method, params[method])
+		check("stdio", method, resp)
+	}
+
+	hc, _, _ := newHTTPServer(t, nil)
+	for method := range want {
+		body := mustJSON(map[string]any{"jsonrpc": "2.0", "id": method, "method": method, "params": params[method]})
+		r := hc.post(body, map[string]string{headerProtocolVersion: Version20260728, headerMethod: method})
+		ms := messages(t, r)
+		if r.StatusCode != 200 || len(ms) != 1 {
+			t.Errorf("HTTP, %s without _meta: HTTP %d %v, want 200 and one answer", method, r.StatusCode, ms)
+			continue
+		}
+		check("HTTP", method, ms[0])
+	}
+}
+
+// TestStatelessResources: in the stateless era resources/list lists the
+// files of the sessions a stream's client used (it never did: each
+// request was its own session), and resources/read carries ttlMs and
+// cacheScope (the TypeScript SDK v2 refused reads without them), private
+// like the list: session files are the client's own.
+func TestStatelessResources(t *testing.T) {
+	s, _, _ := sandboxServer(t)
+	c := dialStateless(t, s, nil)
+	id := structuredOf(t, c.tool("create_session", map[string]any{}))["session_id"].(string)
+	c.tool("write_file", map[string]any{"session_id": id, "path": "notes.txt", "content": "hi"})
+	resp, _ := c.call("rl", "resources/list", c.params(map[string]any{}))
+	r := result(t, resp)
+	uri := FileURI(id, "notes.txt")
+	if !strings.Contains(mustJSON(r["resources"]), uri) || r["cacheScope"] != "private" || r["ttlMs"] == nil {
+		t.Errorf("stateless resources/list: %s, want %s listed, cacheScope private, ttlMs", mustJSON(r), uri)
+	}
+	resp, _ = c.call("rr", "resources/read", c.params(map[string]any{"uri": uri}))
+	r = result(t, resp)
+	if r["cacheScope"] != "private" || r["ttlMs"] == nil || r["resultType"] != "complete" || !strings.Contains(mustJSON(r["contents"]), `"text":"hi"`) {
+		t.Errorf("stateless resources/read: %s, want the contents with ttlMs and cacheScope private", mustJSON(r))
+	}
+	resp, _ = c.call("tl", "tools/list", c.params(map[string]any{}))
+	if r := result(t, resp); r["cacheScope"] != "public" {
+		t.Errorf("stateless tools/list: cacheScope %v, want public", r["cacheScope"])
+	}
+}

@@ -1,0 +1,3 @@
+import numpy as np
+
+raise RuntimeError("boom: " + str(np.zeros(2)))
