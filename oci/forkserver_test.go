@@ -519,6 +519,7 @@ func TestForkServerIsolation(t *testing.T) {
 		Fds          []int
 		Cgroup       []string
 		Hostname     string
+		Keys         []string
 	}
 	if err := json.Unmarshal([]byte(look.Stdout), &got); err != nil {
 		t.Fatalf("%v: %s", err, look.Stdout)
@@ -542,6 +543,9 @@ func TestForkServerIsolation(t *testing.T) {
 		{"TCP listeners", got.TCPListeners, []string{}},
 		{"fds (0-2 and the listing's)", got.Fds, []int{0, 1, 2, 3}},
 		{"hostname", got.Hostname, "sandcell"},
+		// The keyring syscalls are denied by seccomp; /proc/keys shows
+		// no keyring, the holder's session keyring included.
+		{"keyrings (/proc/keys)", got.Keys, []string{}},
 	}
 	for _, c := range checks {
 		if jsonOf(c.got) != jsonOf(c.want) && !(jsonOf(c.got) == "null" && jsonOf(c.want) == "[]") {
@@ -556,5 +560,32 @@ func TestForkServerIsolation(t *testing.T) {
 	cancel()
 	if res := <-done; res.Status != api.StatusCancelled {
 		t.Errorf("holder: %s, want cancelled", res.Status)
+	}
+}
+
+// TestForkServerRestart: a fork server that dies (killed here) is
+// replaced by the next run, which runs as usual; runs never depend on the
+// dead one (SECURITY.md, "The fork server").
+func TestForkServerRestart(t *testing.T) {
+	e := newForkEnv(t)
+	if res := e.run(t, "sh", "echo one", limits.Set{}); res.Status != api.StatusOK || res.Stdout != "one\n" {
+		t.Fatalf("first run: %s %q %q", res.Status, res.Stdout, res.Stderr)
+	}
+	pid := oci.ZygotePid(e.rt)
+	if pid == 0 {
+		t.Fatal("no fork server after a run")
+	}
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for oci.ZygotePid(e.rt) == pid && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if res := e.run(t, "sh", "echo two", limits.Set{}); res.Status != api.StatusOK || res.Stdout != "two\n" {
+		t.Fatalf("run after the fork server died: %s %q %q", res.Status, res.Stdout, res.Stderr)
+	}
+	if now := oci.ZygotePid(e.rt); now == 0 || now == pid {
+		t.Errorf("fork server pid %d after the restart (the killed one was %d)", now, pid)
 	}
 }

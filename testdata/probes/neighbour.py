@@ -6,6 +6,7 @@
 #                               and a path Unix socket, a TCP listener on
 #                               loopback; prints "ready PORT" and sleeps
 #   python3 neighbour.py look PORT
+#                               (and the keyrings it can view)
 #                               prints, as JSON, everything of those it sees
 import ctypes
 import errno
@@ -53,6 +54,14 @@ def connect(family, addr):
         s.close()
 
 
+def keys():
+    """The descriptions of the keys and keyrings this process can view."""
+    try:
+        return sorted(l.split(None, 8)[8].split(":")[0] for l in open("/proc/keys").read().splitlines())
+    except OSError as e:
+        return [errno.errorcode.get(e.errno, str(e))]
+
+
 def look(port):
     out = {
         "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
@@ -69,6 +78,7 @@ def look(port):
         "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
         "cgroup": open("/proc/self/cgroup").read().splitlines(),
         "hostname": socket.gethostname(),
+        "keys": keys(),
     }
     print(json.dumps(out, sort_keys=True))
 
