@@ -589,3 +589,75 @@ func TestForkServerRestart(t *testing.T) {
 		t.Errorf("fork server pid %d after the restart (the killed one was %d)", now, pid)
 	}
 }
+
+// BenchmarkSequential: SEQ_RUNS (default 1000) fresh runs of `true` one
+// after another through the fork server, and what the server holds after
+// each tenth of them: the median latency of that tenth, this process's
+// open fds, mounts (its mountinfo), child cgroups of the test parent, RSS
+// and the zygote's RSS. A leak shows as a column that grows.
+//
+//	SANDCELL_LAYER_DIR=/var/lib/sandcell go test -tags 'seccomp netgo osusergo' -run '^$' \
+//	    -bench Sequential -benchtime 1x ./oci
+func BenchmarkSequential(b *testing.B) {
+	e := newForkEnv(b)
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("SEQ_RUNS")); err == nil && v >= 10 {
+		n = v
+	}
+	root := layerRoot(b, "sh")
+	req := func() *oci.Request {
+		return &oci.Request{Root: root, Args: []string{"/bin/true"}, Limits: testLimits(b, limits.Set{})}
+	}
+	rss := func(pid int) int {
+		st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+				return kb
+			}
+		}
+		return 0
+	}
+	count := func(path string) int {
+		b, _ := os.ReadFile(path)
+		return strings.Count(string(b), "\n")
+	}
+	cgroups := func() int {
+		total := 0
+		for _, d := range e.runDirs("") {
+			ents, _ := os.ReadDir(d)
+			for _, ent := range ents {
+				if ent.IsDir() {
+					total++
+				}
+			}
+		}
+		return total
+	}
+	for range b.N {
+		for range 3 {
+			if _, err := oci.Run(context.Background(), e.rt, req()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		table := fmt.Sprintf("\n%-9s %8s %5s %7s %8s %9s %10s", "runs", "p50 ms", "fds", "mounts", "cgroups", "rss KiB", "zygote KiB")
+		var lat []time.Duration
+		for i := 1; i <= n; i++ {
+			t0 := time.Now()
+			res, err := oci.Run(context.Background(), e.rt, req())
+			if err != nil || res.Status != api.StatusOK {
+				b.Fatalf("run %d: %v %s %s", i, err, res.Status, res.Message)
+			}
+			lat = append(lat, time.Since(t0))
+			if i%(n/10) == 0 {
+				runtime.GC()
+				slices.Sort(lat)
+				table += fmt.Sprintf("\n%4d-%-4d %8.2f %5d %7d %8d %9d %10d", i-len(lat)+1, i, float64(lat[len(lat)/2].Microseconds())/1000,
+					openFDs(b), count("/proc/self/mountinfo"), cgroups(), rss(os.Getpid()), rss(oci.ZygotePid(e.rt)))
+				lat = lat[:0]
+			}
+		}
+		b.Log(table) // one entry: a benchmark's log keeps only its first ten
+	}
+	e.assertClean(b)
+}
