@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -270,6 +271,16 @@ func (f *forkServer) start(ctx context.Context, id string, config *configs.Confi
 		return nil, err
 	}
 	defer closeStdio()
+	sources, err := openBindSources(plan, hostRoot(config))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, s := range sources {
+			s.Close()
+		}
+	}()
+	req.Sources = len(sources)
 	planBytes, err := plan.Encode()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errForkUnsupported, err)
@@ -330,6 +341,7 @@ func (f *forkServer) start(ctx context.Context, id string, config *configs.Confi
 
 	files := append([]*os.File{planFile, childSync}, stdio...)
 	files = append(files, p.ExtraFiles...)
+	files = append(files, sources...)
 	files = append(files, tasks...)
 	if cgdir != nil {
 		files = append(files, cgdir)
@@ -772,6 +784,93 @@ func compilePlan(c *configs.Config, p *libcontainer.Process, id string) (*zygote
 		}
 	}
 	return plan, req, nil
+}
+
+// openBindSources clones each bind mount's source of plan that the run's
+// child could not reach by its path here, as the host's root
+// (open_tree(OPEN_TREE_CLONE): a detached mount), and names it in the
+// mount (SourceFD), as runc does for a user namespace's binds
+// (mountSourceOpenTree): the child is root of a user namespace mapped to
+// unprivileged host ids (root: their uid and gid) and may not traverse the
+// directories above a source (a state dir of mode 0700). A source it can
+// reach is mounted by path, as libcontainer's init does (the same mount
+// order: a detached copy, made before the clone, lists first in
+// mountinfo, which is sorted by mount id).
+func openBindSources(plan *zygote.Plan, root *[2]uint32) ([]*os.File, error) {
+	var files []*os.File
+	for i := range plan.Mounts {
+		m := &plan.Mounts[i]
+		if m.Device != "bind" || traversable(m.Source, root) {
+			continue
+		}
+		if len(files) == zygote.MaxSources {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, fmt.Errorf("%w: more than %d bind mounts", errForkUnsupported, zygote.MaxSources)
+		}
+		flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
+		if m.Flags&unix.MS_REC != 0 {
+			flags |= unix.AT_RECURSIVE
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, flags)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, fmt.Errorf("%w: bind source %s: %w", ErrRuntime, m.Source, err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), m.Source))
+		m.SourceFD = uint32(len(files))
+	}
+	return files, nil
+}
+
+// hostRoot is the host uid and gid of the container's root (nil: no user
+// namespace, or root unmapped).
+func hostRoot(c *configs.Config) *[2]uint32 {
+	var ids [2]uint32
+	for i, maps := range [][]configs.IDMap{c.UIDMappings, c.GIDMappings} {
+		found := false
+		for _, m := range maps {
+			if m.ContainerID == 0 && m.Size > 0 {
+				ids[i], found = uint32(m.HostID), true
+			}
+		}
+		if !found {
+			return nil
+		}
+	}
+	return &ids
+}
+
+// traversable says whether every directory above path lets root (host
+// uid, gid; nil: the host's root) search it by its mode bits alone: the
+// user namespace's root has no capability over the host's inodes. Unsure
+// (an error) is false: the source is then cloned, which always works.
+func traversable(path string, root *[2]uint32) bool {
+	if root == nil {
+		return true
+	}
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		var st unix.Stat_t
+		if unix.Stat(dir, &st) != nil {
+			return false
+		}
+		var bit uint32 = 0o001
+		switch {
+		case st.Uid == root[0]:
+			bit = 0o100
+		case st.Gid == root[1]:
+			bit = 0o010
+		}
+		if st.Mode&bit == 0 {
+			return false
+		}
+		if dir == "/" || dir == "." {
+			return true
+		}
+	}
 }
 
 // rlimitsOf are the rlimits libcontainer's init gets: the Process's, else

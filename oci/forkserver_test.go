@@ -661,3 +661,26 @@ func BenchmarkSequential(b *testing.B) {
 	}
 	e.assertClean(b)
 }
+
+// TestForkServerPrivateStateDir: a state dir only root may traverse (mode
+// 0700, as os.MkdirTemp makes it) still works through the fork server:
+// the run's child, root of a user namespace mapped to unprivileged ids,
+// mounts its /work (and every bind) through an fd sandcell opened, as
+// libcontainer's run does.
+func TestForkServerPrivateStateDir(t *testing.T) {
+	e := newForkEnv(t)
+	if err := os.Chmod(e.stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(e.stateDir, 0o711)
+	private := t.TempDir() // 0700, as are its parents
+	if err := os.WriteFile(filepath.Join(private, "dep"), []byte("dep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := e.run(t, "sh", "cat /tmp/private/dep /work/main.sh >/dev/null && echo ok", limits.Set{}, func(r *oci.Request) {
+		r.Mounts = append(r.Mounts, oci.Mount{Source: private, Destination: "/tmp/private"})
+	})
+	if res.Status != api.StatusOK || res.Stdout != "ok\n" {
+		t.Fatalf("run with a 0700 state dir: %s %q %q %s", res.Status, res.Stdout, res.Stderr, res.Message)
+	}
+}

@@ -27,6 +27,7 @@
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/keyctl.h>
+#include <linux/mount.h>
 #include <linux/openat2.h>
 #include <linux/sched.h>
 #include <linux/seccomp.h>
@@ -71,13 +72,14 @@
 static int zygote_sock = -1;
 
 /* The most fds a request carries. */
-#define MAX_FDS (5 + SCZ_MAX_EXTRA + SCZ_MAX_TASKS + 1)
+#define MAX_FDS (5 + SCZ_MAX_EXTRA + SCZ_MAX_SOURCES + SCZ_MAX_TASKS + 1)
 
 /* ------------------------------------------------------------------ */
 /* The child's plan                                                     */
 
 struct mnt {
 	uint32_t flags, cleared, nprop;
+	int srcfd; /* a detached copy of a bind's source (open_tree), or -1 */
 	const uint32_t *prop;
 	const char *device, *source, *dest;
 	char *data; /* may be rewritten (the tmpfs mode= prefix) */
@@ -122,6 +124,9 @@ struct plan {
 static int child_sync = -1;
 /* The root filesystem's host path (mountpoints must resolve inside it). */
 static const char *rootfs_path = "";
+/* The request's mount sources (fds of the child), for parse_mount. */
+static int *child_sources;
+static uint32_t child_nsources;
 
 static void child_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
@@ -180,12 +185,18 @@ static void parse_mount(struct plan *pl, const unsigned char *p, uint32_t len)
 {
 	if (pl->nmounts >= (int)(sizeof(pl->mounts) / sizeof(pl->mounts[0])))
 		child_fail("plan: too many mounts");
-	if (len < 28)
+	if (len < 32)
 		child_fail("plan: short mount record");
 	struct mnt *m = &pl->mounts[pl->nmounts++];
 	m->flags = get32(p);
 	m->cleared = get32(p + 4);
 	m->nprop = get32(p + 8);
+	uint32_t src = get32(p + 12);
+	if (src > child_nsources)
+		child_fail("plan: mount source %u of %u", src, child_nsources);
+	m->srcfd = src ? child_sources[src - 1] : -1;
+	p += 4;
+	len -= 4;
 	uint32_t l[4];
 	for (int i = 0; i < 4; i++)
 		l[i] = get32(p + 12 + 4 * i);
@@ -402,8 +413,21 @@ static void mount_propagate(int rootfd, struct mnt *m, int *dstfd, int top)
 	/* tmpfs and /dev are mounted read-write first; finalize_rootfs remounts them. */
 	if (strcmp(m->device, "tmpfs") == 0 || is_dev_dest(m->dest))
 		flags &= ~MS_RDONLY;
-	CHECK(mount(m->source, procfd(0, *dstfd), m->device, flags, m->data[0] ? m->data : NULL),
-	      "mount %s on %s (%s)", m->source, m->dest, m->device);
+	if (m->srcfd >= 0) {
+		/* A bind's source sandcell cloned on the host (runc's
+		 * mountSourceOpenTree): the child, root of a user namespace
+		 * mapped to unprivileged host ids, may not traverse the
+		 * directories above the source (a 0700 state dir), and a plain
+		 * fd of it names a mount of another mount namespace, which
+		 * mount(MS_BIND) refuses; a detached copy moves into place. */
+		CHECK(syscall(SYS_move_mount, m->srcfd, "", *dstfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+		      "move_mount %s on %s", m->source, m->dest);
+		close(m->srcfd);
+		m->srcfd = -1;
+	} else {
+		CHECK(mount(m->source, procfd(0, *dstfd), m->device, flags, m->data[0] ? m->data : NULL),
+		      "mount %s on %s (%s)", m->source, m->dest, m->device);
+	}
 	if (!top && m->nprop == 0)
 		return;
 	int fd = reopen_after_mount(rootfd, m->dest);
@@ -485,7 +509,10 @@ static int create_open_mountpoint(int rootfd, struct mnt *m)
 		int file = 0;
 		if (strcmp(m->device, "bind") == 0) {
 			struct stat st;
-			CHECK(stat(m->source, &st), "stat bind source %s", m->source);
+			if (m->srcfd >= 0)
+				CHECK(fstat(m->srcfd, &st), "stat bind source %s", m->source);
+			else
+				CHECK(stat(m->source, &st), "stat bind source %s", m->source);
 			file = !S_ISDIR(st.st_mode);
 		}
 		if (file) {
@@ -1092,6 +1119,8 @@ static void child_main(const struct scz_request *req, int *fds, int nfds, int ma
 	if (got != pst.st_size)
 		child_fail("read the plan");
 	close(fds[0]);
+	child_sources = fds + 2 + 3 + req->nextra;
+	child_nsources = req->nsources;
 	struct plan pl;
 	parse_plan(&pl, buf, pst.st_size);
 	if (pl.argc == 0 || !pl.rootfs) {
@@ -1103,7 +1132,7 @@ static void child_main(const struct scz_request *req, int *fds, int nfds, int ma
 	 * A thread that moves itself ("0" in "tasks") does not take the
 	 * global cgroup_threadgroup_rwsem, whose writers wait for an RCU
 	 * grace period (5-15 ms here): the zygote opened the files as root. */
-	int tasks0 = 2 + 3 + req->nextra;
+	int tasks0 = 2 + 3 + req->nextra + req->nsources;
 	for (uint32_t i = 0; i < req->ntasks; i++) {
 		CHECK(write(fds[tasks0 + i], "0", 1), "join the run's cgroup");
 		close(fds[tasks0 + i]);
@@ -1205,8 +1234,8 @@ static void reply(int status, pid_t pid, int pidfd, const char *fmt, ...)
 
 static void serve_one(const struct scz_request *req, int *fds, int nfds)
 {
-	int want = 5 + (int)req->nextra + (int)req->ntasks + (req->cgroup2 ? 1 : 0);
-	if (req->magic != SCZ_MAGIC || req->version != SCZ_VERSION || req->nextra > SCZ_MAX_EXTRA ||
+	int want = 5 + (int)req->nextra + (int)req->nsources + (int)req->ntasks + (req->cgroup2 ? 1 : 0);
+	if (req->magic != SCZ_MAGIC || req->version != SCZ_VERSION || req->nextra > SCZ_MAX_EXTRA || req->nsources > SCZ_MAX_SOURCES ||
 	    req->ntasks > SCZ_MAX_TASKS || nfds != want ||
 	    (req->clone_flags & ~(uint64_t)(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)) ||
 	    memchr(req->uid_map, 0, SCZ_MAP_LEN) == NULL || memchr(req->gid_map, 0, SCZ_MAP_LEN) == NULL) {

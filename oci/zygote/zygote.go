@@ -33,9 +33,10 @@ const EnvVar = C.SCZ_ENV
 
 // Limits of one request (the zygote refuses more).
 const (
-	MaxExtra = C.SCZ_MAX_EXTRA
-	MaxTasks = C.SCZ_MAX_TASKS
-	mapLen   = C.SCZ_MAP_LEN
+	MaxExtra   = C.SCZ_MAX_EXTRA
+	MaxSources = C.SCZ_MAX_SOURCES
+	MaxTasks   = C.SCZ_MAX_TASKS
+	mapLen     = C.SCZ_MAP_LEN
 )
 
 // Bytes the child and sandcell exchange on the child's sync socket.
@@ -53,6 +54,8 @@ type Request struct {
 	CloneFlags uint64
 	// Extra is the number of the program's extra files (fds 3...).
 	Extra int
+	// Sources is the number of bind-mount sources' fds (Mount.Source).
+	Sources int
 	// Tasks is the number of cgroup v1 "tasks" files the child writes
 	// "0" to (joining without the global threadgroup lock).
 	Tasks int
@@ -70,7 +73,7 @@ type Request struct {
 // Encode is the request's bytes (struct scz_request).
 func (r *Request) Encode() ([]byte, error) {
 	var req C.struct_scz_request
-	if r.Extra > MaxExtra || r.Tasks > MaxTasks ||
+	if r.Extra > MaxExtra || r.Sources > MaxSources || r.Tasks > MaxTasks ||
 		len(r.UIDMap) >= mapLen || len(r.GIDMap) >= mapLen {
 		return nil, fmt.Errorf("zygote: request too large")
 	}
@@ -78,6 +81,7 @@ func (r *Request) Encode() ([]byte, error) {
 	req.version = C.SCZ_VERSION
 	req.clone_flags = C.uint64_t(r.CloneFlags)
 	req.nextra = C.uint32_t(r.Extra)
+	req.nsources = C.uint32_t(r.Sources)
 	req.ntasks = C.uint32_t(r.Tasks)
 	if r.Cgroup2 {
 		req.cgroup2 = 1
@@ -125,6 +129,10 @@ type Mount struct {
 	Device, Source, Destination, Data string
 	Flags, ClearedFlags               uint32
 	Propagation                       []uint32
+	// SourceFD, if not 0, is the bind's source as the request's
+	// SourceFD-th source fd (a detached copy of the source, open_tree),
+	// which the child moves into place instead of mounting the path.
+	SourceFD uint32
 }
 
 // Plan is what the child does, in runc init's order (zygote.c).
@@ -210,6 +218,7 @@ func (p *Plan) Encode() ([]byte, error) {
 		b = binary.LittleEndian.AppendUint32(b, m.Flags)
 		b = binary.LittleEndian.AppendUint32(b, m.ClearedFlags)
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Propagation)))
+		b = binary.LittleEndian.AppendUint32(b, m.SourceFD)
 		strs := []string{m.Device, m.Source, m.Destination, m.Data}
 		for _, s := range strs {
 			b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))

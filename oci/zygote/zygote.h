@@ -15,25 +15,29 @@
 #define SCZ_ENV "_SANDCELL_ZYGOTE"
 
 #define SCZ_MAGIC 0x5a434353u /* "SCCZ" little-endian */
-#define SCZ_VERSION 1
+#define SCZ_VERSION 2
 
 #define SCZ_MAP_LEN 256
 #define SCZ_MAX_TASKS 8
 #define SCZ_MAX_EXTRA 16
+#define SCZ_MAX_SOURCES 16
 #define SCZ_MSG_LEN 512
 
 /* A request to start one sandbox: the fixed part, sent as the data of
  * one SOCK_SEQPACKET message whose SCM_RIGHTS carry, in order:
  *   plan (a memfd holding the plan, see SCZ_P_*), sync (the child's end
  *   of its socket to sandcell), stdin, stdout, stderr, nextra extra
- *   files (fds 3.. of the program), ntasks cgroup v1 "tasks" files the
- *   child joins by writing "0" to each, and, if cgroup2 is set, the
+ *   files (fds 3.. of the program), nsources bind-mount sources
+ *   (open_tree(OPEN_TREE_CLONE) copies the child moves into place:
+ *   sources it may not reach by path from its user namespace), ntasks cgroup v1 "tasks" files
+ *   the child joins by writing "0" to each, and, if cgroup2 is set, the
  *   run's cgroup v2 directory (clone3 CLONE_INTO_CGROUP). */
 struct scz_request {
 	uint32_t magic;
 	uint32_t version;
 	uint64_t clone_flags;   /* CLONE_NEW* except CLONE_NEWCGROUP */
 	uint32_t nextra;
+	uint32_t nsources;
 	uint32_t ntasks;
 	uint32_t cgroup2;
 	uint32_t setgroups_deny;
@@ -52,10 +56,11 @@ struct scz_reply {
 };
 
 /* The plan: records of (uint32 key, uint32 length, payload padded to 4
- * bytes). Strings carry no NUL. A mount's payload is five uint32 (flags,
- * cleared flags, number of propagation flags, then the lengths of device,
- * source, destination and data) followed by the propagation flags and the
- * four strings, each NUL-terminated. */
+ * bytes). Strings carry no NUL. A mount's payload is eight uint32 (flags,
+ * cleared flags, number of propagation flags, the source's fd (its index
+ * among the request's sources plus one; 0: the source path), then the
+ * lengths of device, source, destination and data) followed by the
+ * propagation flags and the four strings, each NUL-terminated. */
 enum scz_plan_key {
 	SCZ_P_ROOTFS = 1,
 	SCZ_P_ROOTPROP,     /* u32: mount propagation of / (0: MS_SLAVE|MS_REC) */
