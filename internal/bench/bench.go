@@ -115,6 +115,7 @@ func Run(ctx context.Context, e *executor.Executor, opts Options, c Config) (*Re
 		return nil, err
 	}
 	h := newHarness(l, c.Runc, c.Bwrap)
+	defer h.closeCLI()
 	runners, err := h.runners(c.Runners)
 	if err != nil {
 		return nil, err

@@ -35,7 +35,7 @@ type runner struct {
 }
 
 // RunnerKeys are the runners in column order (--runners names).
-var RunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh", "libcontainer", "pooled", "gvisor"}
+var RunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh", "libcontainer", "pooled", "gvisor", "cli", "rootless"}
 
 // runners are the available runners, all or those of list (keys of
 // RunnerKeys). A runner named in list that is not available is an error;
@@ -59,6 +59,8 @@ func (h *harness) runners(list string) ([]runner, error) {
 		{key: "libcontainer", name: "sandcell libcontainer", throughput: true, run: h.sandcell("runc", true, true)},
 		{key: "pooled", name: "sandcell pooled", throughput: true, run: h.sandcell("runc", false, false)},
 		{key: "gvisor", name: "sandcell gvisor", run: h.sandcell("gvisor", false, false)},
+		{key: "cli", name: "sandcell run CLI", run: h.cliRoot},
+		{key: "rootless", name: "sandcell run CLI rootless", run: h.cliRootless},
 	}
 	missing := map[string]string{}
 	if h.bwrapPath == "" {
@@ -66,6 +68,12 @@ func (h *harness) runners(list string) ([]runner, error) {
 	}
 	if h.runcPath == "" {
 		missing["runc"] = "runc CLI not found"
+	}
+	if h.opts.Sandcell == "" || h.opts.LayerDir == "" {
+		missing["cli"] = "no sandcell binary or layer dir given (Options.Sandcell, LayerDir)"
+		missing["rootless"] = missing["cli"]
+	} else if h.rootlessErr != nil {
+		missing["rootless"] = h.rootlessErr.Error()
 	}
 	if h.e.Pool() == nil {
 		missing["pooled"] = "warm pools are off (--pool-size 0)"
@@ -114,6 +122,10 @@ type harness struct {
 	gvErr     error
 	gvFilter  *specs.LinuxSeccomp
 	seq       atomic.Int64
+	// rootless is the rootless CLI runner's user (nil: rootlessErr says
+	// why it cannot run).
+	rootless    *rootless
+	rootlessErr error
 }
 
 func newHarness(l *lab, runcPath, bwrapPath string) *harness {
@@ -123,6 +135,13 @@ func newHarness(l *lab, runcPath, bwrapPath string) *harness {
 	}
 	if p, err := exec.LookPath(bwrapPath); bwrapPath != "" && err == nil {
 		h.bwrapPath = p
+	}
+	name := l.opts.RootlessUser
+	if name == "" {
+		name = "sandcell-rootless"
+	}
+	if l.opts.Sandcell != "" {
+		h.rootless, h.rootlessErr = openRootless(name)
 	}
 	h.gv, h.gvErr = l.e.Gvisor()
 	if h.gvErr == nil {
