@@ -39,6 +39,11 @@ type KernelRequest struct {
 	// Isolation must be runc or "" (the server's default, which must then
 	// be runc): kernels are libcontainer sandboxes.
 	Isolation string
+	// Image is the imported image the kernel's sandbox gets as its root
+	// (a session's, workspace.Meta.Image; "": the language's own root, or
+	// the image its catalogue entry names). The image provides the
+	// interpreter; the driver is mounted as in any root.
+	Image string
 	// Workspace, WorkBytes and Installed are the session's, as in Request.
 	Workspace oci.Workspace
 	WorkBytes int64
@@ -92,20 +97,32 @@ func (e *Executor) StartKernel(ctx context.Context, req KernelRequest) (*Started
 	if err != nil {
 		return nil, err
 	}
-	root, err := e.root(ctx, lang, nil)
+	img, err := e.openImage(Request{Request: api.Request{Image: req.Image}}, lang)
 	if err != nil {
+		return nil, err
+	}
+	var root string
+	if img != nil {
+		root = img.root
+	} else if root, err = e.root(ctx, lang, nil); err != nil {
 		return nil, err
 	}
 	adm := &admission{admit: req.Admit}
 	defer adm.release()
-	deps, err := e.runDeps(ctx, lang, Request{Installed: req.Installed}, adm)
-	if err != nil {
-		return nil, err
+	var deps *Deps
+	if img == nil { // dependency sets are for language layers, as in Execute
+		if deps, err = e.runDeps(ctx, lang, Request{Installed: req.Installed}, adm); err != nil {
+			return nil, err
+		}
 	}
 	if err := adm.enter(ctx); err != nil {
 		return nil, err
 	}
-	env := mergeEnv(lang.Env, lang.Kernel.Env)
+	var env []string
+	if img != nil {
+		env = img.env() // the language's and the kernel's come after: theirs win
+	}
+	env = mergeEnv(mergeEnv(env, lang.Env), lang.Kernel.Env)
 	var mounts []oci.Mount
 	if deps != nil {
 		mounts, env = deps.mounts(), mergeEnv(env, deps.Env)
@@ -115,6 +132,9 @@ func (e *Executor) StartKernel(ctx context.Context, req KernelRequest) (*Started
 		if a == rootfs.DriverPlaceholder {
 			argv[i] = oci.KernelDir + "/" + lang.Kernel.Driver[0]
 		}
+	}
+	if img != nil {
+		argv = img.resolve(argv) // the image's python3, wherever its PATH has it
 	}
 	k, err := e.rt.StartKernel(ctx, &oci.Request{Root: root, Args: argv, Env: env, Limits: lim,
 		Workspace: req.Workspace, WorkBytes: req.WorkBytes, Mounts: mounts}, driver, KernelReadyTimeout)

@@ -279,7 +279,7 @@ func (ks *kernels) acquire(ctx context.Context, sess *workspace.Session, lang ro
 	ks.starting++
 	ks.mu.Unlock()
 	m := sess.Meta()
-	k, err := ks.s.exec.StartKernel(ctx, executor.KernelRequest{Language: lang.Name, Limits: req.Limits,
+	k, err := ks.s.exec.StartKernel(ctx, executor.KernelRequest{Language: lang.Name, Limits: req.Limits, Image: m.Image,
 		Workspace: work, WorkBytes: m.Quota, Installed: m.Deps})
 	ks.mu.Lock()
 	ks.starting--

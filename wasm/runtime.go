@@ -588,8 +588,8 @@ func (c *container) moduleConfig(ctx context.Context) wazero.ModuleConfig {
 	cfg := wazero.NewModuleConfig().
 		WithName("").
 		WithArgs(args...).
-		WithStdout(c.stdout).
-		WithStderr(c.stderr).
+		WithStdout(stoppedWriter{ctx, c.stdout}).
+		WithStderr(stoppedWriter{ctx, c.stderr}).
 		WithFSConfig(fsc).
 		WithSysWalltime().
 		WithSysNanotime().
@@ -599,6 +599,11 @@ func (c *container) moduleConfig(ctx context.Context) wazero.ModuleConfig {
 			select {
 			case <-t.C:
 			case <-ctx.Done():
+				// Returning would let the module run on until wazero's
+				// next close check: a program's "after the sleep" code
+				// (the hostile corpus's wasm_sleep prints ESCAPED) would
+				// run past its end. Exiting here ends it inside the call.
+				panic(wsys.NewExitError(137))
 			}
 		}).
 		WithOsyield(goruntime.Gosched).
@@ -614,6 +619,22 @@ func (c *container) moduleConfig(ctx context.Context) wazero.ModuleConfig {
 		cfg = cfg.WithEnv(k, v)
 	}
 	return cfg
+}
+
+// stoppedWriter drops what a module writes once its run has been stopped:
+// between the stop and wazero's next close check (a function call or a
+// loop's back edge) a module can still reach fd_write, and output written
+// after the wall-clock or CPU limit is not the run's.
+type stoppedWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (s stoppedWriter) Write(p []byte) (int, error) {
+	if s.ctx.Err() != nil {
+		return 0, wsys.NewExitError(137)
+	}
+	return s.w.Write(p)
 }
 
 // run is the run's goroutine: locked to its thread, whose CPU clock is the

@@ -198,10 +198,10 @@ func TestHumanEvalReal(t *testing.T) {
 		t.Fatalf("sandcell-bench humaneval: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
 	t.Logf("sandcell-bench humaneval:\n%s", out)
-	row := regexp.MustCompile(`(?m)^\| (python|cpp) \| 4 \| ([12]) \| (\d+) \| [0-9.]+ \| [0-9.]+ \| (\d+) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|$`)
+	row := regexp.MustCompile(`(?m)^\| (python-data|cpp) \| 4 \| ([12]) \| (\d+) \| [0-9.]+ \| [0-9.]+ \| (\d+) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|$`)
 	m := row.FindAllStringSubmatch(out, -1)
 	if len(m) != 4 {
-		t.Errorf("%d rows, want 4 (python and cpp at concurrency 1 and 2):\n%s", len(m), out)
+		t.Errorf("%d rows, want 4 (python-data, the layer HumanEval python runs on, and cpp at concurrency 1 and 2):\n%s", len(m), out)
 	}
 	for _, r := range m {
 		if r[3] != "4" || r[4] != "4" {

@@ -86,10 +86,10 @@ func (h *harness) cellCode(t *testing.T, ctx context.Context, e *corpusEntry, se
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := h.sb.WriteFile(ctx, session, "main.sh", src, 0o644); err != nil {
+		if _, _, err := h.sb.WriteFile(ctx, session, "entry.sh", src, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		argv = []string{"/bin/sh", "/work/main.sh"}
+		argv = []string{"/bin/sh", "/work/entry.sh"}
 	}
 	argvJSON, _ := json.Marshal(append(argv, args...))
 	return fmt.Sprintf("import os, subprocess\nenv = dict(os.environ)\nenv.update(%s)\nsubprocess.run(%s, env=env).returncode", envJSON, argvJSON)

@@ -80,8 +80,8 @@ func imageHome(t *testing.T) string {
 // TestImageRuns: an image imported with the CLI is a run environment for
 // sandcell run (a language's program with the image's interpreter, found on
 // its PATH; the image's own entrypoint in its working directory), for the
-// MCP tools (execute_code and run_command with image, sessions in an
-// image, list_languages), and is listed, shown by doctor, removed and
+// MCP tools (execute_code and run_command with image, sessions and their
+// kernels in an image, list_languages), and is listed, shown by doctor, removed and
 // pruned.
 func TestImageRuns(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -209,6 +209,14 @@ func imageMCP(t *testing.T, home, prog string) {
 		!strings.HasPrefix(stdout(sc), "from-image") {
 		// The image whites out nothing of busybox: sh -c works there.
 		t.Errorf("run_command in the image session: %v", sc)
+	}
+	// The session's kernel is in its image too: the image's python3 (on
+	// its PATH, not the catalogue's /usr/bin/python3, which the image
+	// deletes) with the image's environment, and the session's /work.
+	if sc, isErr := call("run_cell", map[string]any{"session_id": id,
+		"code": "import os, sys\nprint(sys.executable, os.environ['IMG_VAR'], open('/work/kept.txt').read())"}); isErr ||
+		stdout(sc) != "/usr/local/bin/python3 from-image from-image\n" {
+		t.Errorf("run_cell in the image session: %v", sc)
 	}
 	if _, isErr := call("create_session", map[string]any{"image": "nope"}); !isErr {
 		t.Error("create_session with an unknown image: not refused")

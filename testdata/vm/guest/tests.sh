@@ -127,7 +127,10 @@ json() { sed -n "s/^  \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" "$1";
 
 # cli: the sandcell binary end to end on the default parent /sandcell.
 cli() {
-	sc="sandcell --layer-dir /layers"
+	# A run that hangs dumps its goroutines (SIGQUIT) and fails the step,
+	# instead of eating the VM's whole budget in silence (a first run hung
+	# once on 2026-12-01, under a loaded host; it did not recur in 3 runs).
+	sc="timeout -s QUIT 120 sandcell --layer-dir /layers"
 	bad=0
 	expect() { # FILE STATUS: the run's status must be STATUS
 		got=$(json "$1" status)
