@@ -679,10 +679,22 @@ func TestForkServerPrivateStateDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(private, "dep"), []byte("dep\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res := e.run(t, "sh", "cat /tmp/private/dep /work/main.sh >/dev/null && echo ok", limits.Set{}, func(r *oci.Request) {
-		r.Mounts = append(r.Mounts, oci.Mount{Source: private, Destination: "/tmp/private"})
-	})
-	if res.Status != api.StatusOK || res.Stdout != "ok\n" {
-		t.Fatalf("run with a 0700 state dir: %s %q %q %s", res.Status, res.Stdout, res.Stderr, res.Message)
+	run := func() {
+		t.Helper()
+		res := e.run(t, "sh", "cat /tmp/private/dep /work/main.sh >/dev/null && echo ok", limits.Set{}, func(r *oci.Request) {
+			r.Mounts = append(r.Mounts, oci.Mount{Source: private, Destination: "/tmp/private"})
+		})
+		if res.Status != api.StatusOK || res.Stdout != "ok\n" {
+			t.Fatalf("run with a 0700 state dir: %s %q %q %s", res.Status, res.Stdout, res.Stderr, res.Message)
+		}
+	}
+	run()
+	fds := openFDs(t)
+	for range 5 {
+		run()
+	}
+	// The sources' clones are closed once the child has them.
+	if got := openFDs(t); got != fds {
+		t.Errorf("open fds %d after 5 more runs, %d before", got, fds)
 	}
 }
