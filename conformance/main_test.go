@@ -123,7 +123,9 @@ func sandcellCommandWith(t *testing.T, extra []string, args ...string) *exec.Cmd
 			os.Remove(d)
 		}
 	})
-	global := append([]string{"--state-dir", state, "--layer-dir", layerDir(), "--cgroup-parent", "/" + filepath.Base(state), "--log-level", "info"}, extra...)
+	// No warm pool: the suite checks the server's processes, mounts and
+	// cgroups while it runs, and idle prepared containers are all three.
+	global := append([]string{"--state-dir", state, "--layer-dir", layerDir(), "--cgroup-parent", "/" + filepath.Base(state), "--log-level", "info", "--pool-size", "0"}, extra...)
 	cmd := exec.Command(bin, append(append(global, "serve"), args...)...)
 	cmd.Stderr = &testLogWriter{t: t, prefix: "sandcell: "}
 	return cmd

@@ -43,8 +43,11 @@ type Request struct {
 	// Dependencies added (a package named again takes its new
 	// constraint).
 	Installed map[string][]string
-	// Fresh bypasses the warm pool (the benchmark's fresh runner).
-	Fresh bool
+	// Fresh bypasses the warm pool (the benchmark's fresh runner);
+	// Libcontainer also starts every runc sandbox through libcontainer,
+	// not the fork server (its libcontainer runner: the path before
+	// issue #18).
+	Fresh, Libcontainer bool
 	// Admit, if set, is called once, before the first sandbox of the
 	// request starts (a dependency install, the compile phase or the
 	// run), and its release when the request is done: the caller's
@@ -117,7 +120,7 @@ func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (ap
 		return api.Result{}, err
 	}
 	adm.language = lang.Name
-	rt, err := e.runtime(req.Isolation, req.Fresh)
+	rt, err := e.runtime(req.Isolation, req.Fresh, req.Libcontainer)
 	if err != nil {
 		return api.Result{}, err
 	}

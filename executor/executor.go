@@ -74,6 +74,9 @@ type Options struct {
 	PoolSize int
 	PoolIdle time.Duration
 	PoolBusy func() bool
+	// ForkServer starts runc sandboxes through oci's fork server
+	// (oci.LibcontainerConfig.ForkServer).
+	ForkServer bool
 	// Deps configures package installs (deps.go).
 	Deps DepsOptions
 	// Observe, if set, is told of every request Execute finished (ran or
@@ -210,6 +213,7 @@ func Open(opts Options) (*Executor, error) {
 		SingleID:   opts.Rootless,
 		CgroupMode: mode,
 		Logger:     log,
+		ForkServer: opts.ForkServer,
 	})
 	if err != nil {
 		return nil, err

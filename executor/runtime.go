@@ -61,8 +61,9 @@ func (e *Executor) Gvisor() (*oci.Runsc, error) {
 
 // runtime decides which backend runs a request: the isolation it names
 // ("" : the server's default), through the warm pool for runc unless
-// fresh is set (the benchmark's fresh runner).
-func (e *Executor) runtime(isolation string, fresh bool) (oci.Runtime, error) {
+// fresh is set (the benchmark's fresh runner), and with every init
+// started by libcontainer if direct is (its libcontainer runner).
+func (e *Executor) runtime(isolation string, fresh, direct bool) (oci.Runtime, error) {
 	if isolation == "" {
 		isolation = e.opts.Isolation
 	}
@@ -73,7 +74,10 @@ func (e *Executor) runtime(isolation string, fresh bool) (oci.Runtime, error) {
 	case "wasm":
 		return e.wasmRuntime()
 	case "runc":
-		if e.pool != nil && !fresh {
+		switch {
+		case direct:
+			return e.rt.Direct(), nil
+		case e.pool != nil && !fresh:
 			return e.pool, nil
 		}
 		return e.rt, nil

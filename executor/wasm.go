@@ -79,7 +79,7 @@ func (e *Executor) planWasm(ctx context.Context, lang rootfs.Language, req Reque
 			return wasmPlan{}, fmt.Errorf("%w: %s is compiled to WebAssembly by a native compiler, which runs in a runc sandbox, and this host cannot start one (%s); under wasm without a compile phase: %s",
 				ErrIsolation, lang.Name, e.opts.NoKernelSandbox, strings.Join(interpretedWasm(), ", "))
 		}
-		if p.compileRT, err = e.runtime("runc", req.Fresh); err != nil {
+		if p.compileRT, err = e.runtime("runc", req.Fresh, req.Libcontainer); err != nil {
 			return wasmPlan{}, err
 		}
 		if p.compileRoot, err = e.root(ctx, v, req.Output); err != nil {

@@ -1,7 +1,6 @@
 package limits
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -54,20 +53,51 @@ func defaultOps() fsOps {
 }
 
 // writeFile writes data to an existing control file. It never creates a file: a missing file is a
-// missing controller or feature, reported as fs.ErrNotExist.
+// missing controller or feature, reported as fs.ErrNotExist. Plain system calls, as in readSmall.
 func writeFile(path, data string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = f.WriteString(data)
-	if cerr := f.Close(); err == nil {
+	_, err = unix.Write(fd, []byte(data))
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("write %q to %s: %w", data, path, err)
 	}
 	return nil
+}
+
+// readSmall reads a control file (a few KiB at most) with plain system calls: os.Open offers
+// every file to the runtime's poller and os.ReadFile stats it first, costs a run's usage reads
+// would pay on every file.
+func readSmall(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) >= 1<<20 {
+				return nil, fmt.Errorf("%s: larger than 1 MiB", path)
+			}
+			buf = append(buf, make([]byte, len(buf))...)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
 }
 
 func exists(path string) bool {
@@ -77,7 +107,7 @@ func exists(path string) bool {
 
 // readUint reads a control file holding one unsigned number.
 func readUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path)
 	if err != nil {
 		return 0, err
 	}
@@ -91,24 +121,19 @@ func readUint(path string) (uint64, error) {
 // readKeyed reads a flat keyed control file ("key value" per line: memory.events, cpu.stat,
 // pids.events, memory.oom_control). Lines that are not "key number" are skipped.
 func readKeyed(path string) (map[string]uint64, error) {
-	f, err := os.Open(path)
+	b, err := readSmall(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	out := make(map[string]uint64)
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(s.Text()), " ")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
 		if !ok {
 			continue
 		}
 		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
 			out[k] = n
 		}
-	}
-	if err := s.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return out, nil
 }

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandcell/sandcell/api"
@@ -126,6 +127,11 @@ func (r *Libcontainer) StartKernel(ctx context.Context, req *Request, driver map
 		return nil, err
 	}
 	kreq.kernel = kio
+	// A kernel starts through libcontainer even with the fork server on:
+	// it lives for many cells (its start is paid once), and it needs what
+	// only libcontainer's container offers (Signal, the freezer's Pause
+	// and Resume, State's cgroup paths).
+	kreq.direct = true
 	c, err := r.prepare(ctx, &kreq, nil)
 	kio.started()
 	if err != nil {
@@ -138,7 +144,7 @@ func (r *Libcontainer) StartKernel(ctx context.Context, req *Request, driver map
 	k.out, k.errs = startKernelStream(c.outR), startKernelStream(c.errR)
 	c.outR, c.errR = nil, nil
 	if r.cfg.Cgroups != nil {
-		if st, err := c.lc.State(); err == nil {
+		if st, err := c.libcontainer().State(); err == nil {
 			k.paths = st.CgroupPaths
 		}
 	}
@@ -153,6 +159,15 @@ func (r *Libcontainer) StartKernel(ctx context.Context, req *Request, driver map
 	}
 	k.stamp, _ = stampWork(c.work)
 	return k, nil
+}
+
+// libcontainer is the libcontainer container of a kernel (StartKernel
+// starts every kernel through libcontainer), nil once destroyed.
+func (c *lcContainer) libcontainer() *libcontainer.Container {
+	if l, ok := c.init.(*lcInit); ok {
+		return l.lc
+	}
+	return nil
 }
 
 // driverDir writes a driver's files once per instance, in a directory
@@ -508,7 +523,9 @@ func (k *Kernel) await(ctx context.Context, cell KernelCell, over <-chan struct{
 			return
 		}
 		o.Stop = reason
-		if err := k.c.lc.Signal(unix.SIGINT); err != nil {
+		if lc := k.c.libcontainer(); lc == nil {
+			k.rt.log.Debug("interrupt kernel", "container_id", k.c.id, "err", ErrDestroyed)
+		} else if err := lc.Signal(unix.SIGINT); err != nil {
 			k.rt.log.Debug("interrupt kernel", "container_id", k.c.id, "err", err)
 		}
 		grace = time.After(cell.Grace)
@@ -656,12 +673,16 @@ func (k *Kernel) freeze() (thaw func()) {
 	if k.paths == nil || !k.Alive() {
 		return func() {}
 	}
-	if err := k.c.lc.Pause(); err != nil {
+	lc := k.c.libcontainer()
+	if lc == nil {
+		return func() {}
+	}
+	if err := lc.Pause(); err != nil {
 		k.rt.log.Debug("freeze kernel", "container_id", k.c.id, "err", err)
 		return func() {}
 	}
 	return func() {
-		if err := k.c.lc.Resume(); err != nil {
+		if err := lc.Resume(); err != nil {
 			k.rt.log.Warn("thaw kernel", "container_id", k.c.id, "err", err)
 		}
 	}
@@ -731,9 +752,10 @@ func (k *Kernel) String() string {
 }
 
 func (k *Kernel) pid() int {
-	if k.c.proc == nil {
+	init := k.c.init
+	if init == nil {
 		return 0
 	}
-	p, _ := k.c.proc.Pid()
+	p, _ := init.pid()
 	return p
 }

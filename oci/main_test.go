@@ -17,6 +17,9 @@ import (
 // Same as cmd/sandcell's init hook: the test binary is the container's init.
 func init() {
 	oci.Init()
+	if pid := os.Getenv(filterOfEnv); pid != "" {
+		printFilterOf(pid)
+	}
 }
 
 // layerStores are the stores layerRoot used, one per directory: a Store
@@ -48,7 +51,7 @@ func layerRoot(t testing.TB, lang string) string {
 // testEnv is a runtime with its own state dir and parent cgroup, removed
 // when the test ends.
 type testEnv struct {
-	backend  string      // "runc" or "gvisor"
+	backend  string      // "runc", "forkserver" (runc's semantics, init from the fork server) or "gvisor"
 	runtime  oci.Runtime // the backend under test
 	rt       *oci.Libcontainer
 	parent   *limits.Parent
@@ -58,6 +61,19 @@ type testEnv struct {
 }
 
 func newTestEnv(t testing.TB) *testEnv {
+	t.Helper()
+	return newTestEnvWith(t, false)
+}
+
+// newForkEnv is newTestEnv with the fork server on (backend "forkserver").
+func newForkEnv(t testing.TB) *testEnv {
+	t.Helper()
+	e := newTestEnvWith(t, true)
+	e.backend = "forkserver"
+	return e
+}
+
+func newTestEnvWith(t testing.TB, fork bool) *testEnv {
 	t.Helper()
 	testutil.RequireRoot(t)
 	stateDir, err := os.MkdirTemp("/run", "sandcell-test-")
@@ -72,7 +88,7 @@ func newTestEnv(t testing.TB) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.rt = e.newRuntime(t)
+	e.rt = e.newRuntimeWith(t, fork)
 	e.backend, e.runtime = "runc", e.rt
 	t.Cleanup(func() {
 		if err := e.rt.Close(); err != nil {
@@ -91,12 +107,17 @@ func newTestEnv(t testing.TB) *testEnv {
 
 func (e *testEnv) newRuntime(t testing.TB) *oci.Libcontainer {
 	t.Helper()
+	return e.newRuntimeWith(t, e.backend == "forkserver")
+}
+
+func (e *testEnv) newRuntimeWith(t testing.TB, fork bool) *oci.Libcontainer {
+	t.Helper()
 	filter, err := seccomp.Profile()
 	if err != nil {
 		t.Fatal(err)
 	}
 	rt, err := oci.NewLibcontainer(oci.LibcontainerConfig{
-		StateDir: e.stateDir, Seccomp: filter, Cgroups: e.parent, CgroupMode: e.mode,
+		StateDir: e.stateDir, Seccomp: filter, Cgroups: e.parent, CgroupMode: e.mode, ForkServer: fork,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +139,7 @@ func testLimits(t testing.TB, req limits.Set) limits.Set {
 // with per-backend expectations only where the semantics differ.
 func forEachBackend(t *testing.T, f func(t *testing.T, e *testEnv)) {
 	t.Run("runc", func(t *testing.T) { f(t, newTestEnv(t)) })
+	t.Run("forkserver", func(t *testing.T) { f(t, newForkEnv(t)) })
 	t.Run("gvisor", func(t *testing.T) { f(t, newGVisorEnv(t)) })
 }
 

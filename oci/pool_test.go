@@ -92,9 +92,16 @@ print(json.dumps(fields, indent=1, sort_keys=True))
 `
 
 // poolEnv is a test runtime with a pool over it.
+// newPoolEnv is a pool over a runtime with the fork server, as a server
+// has by default.
 func newPoolEnv(t *testing.T, cfg oci.PoolConfig) (*testEnv, *oci.Pool) {
 	t.Helper()
-	e := newTestEnv(t)
+	return newPoolEnvOn(t, cfg, true)
+}
+
+func newPoolEnvOn(t *testing.T, cfg oci.PoolConfig, fork bool) (*testEnv, *oci.Pool) {
+	t.Helper()
+	e := newTestEnvWith(t, fork)
 	if cfg.Scripts == nil {
 		cfg.Scripts = [][]string{pythonArgs}
 	}
@@ -153,9 +160,16 @@ func runHit(t *testing.T, p *oci.Pool, req *oci.Request) api.Phase {
 
 // TestPoolIdentity runs the probe fresh and pooled (a pre-started
 // interpreter, and a prepared container when the program has arguments)
-// and compares every field it reports.
+// and compares every field it reports, over libcontainer and over the fork
+// server (whose fresh runs TestForkServerEquivalence compares with
+// libcontainer's).
 func TestPoolIdentity(t *testing.T) {
-	e, p := newPoolEnv(t, oci.PoolConfig{Size: 2})
+	t.Run("libcontainer", func(t *testing.T) { testPoolIdentity(t, false) })
+	t.Run("forkserver", func(t *testing.T) { testPoolIdentity(t, true) })
+}
+
+func testPoolIdentity(t *testing.T, fork bool) {
+	e, p := newPoolEnvOn(t, oci.PoolConfig{Size: 2}, fork)
 	cases := []struct {
 		name  string
 		args  []string

@@ -181,7 +181,8 @@ func removeMounted(dir string) error {
 	return err
 }
 
-// unmountUnder detaches every mount below dir, deepest first.
+// unmountUnder detaches every mount below dir and on dir itself (an
+// instance's state tmpfs), deepest first.
 func unmountUnder(dir string) error {
 	// This thread's view of the mount table (moby/sys/mountinfo reads
 	// /proc/thread-self): libcontainer moves some threads of this process
@@ -193,9 +194,7 @@ func unmountUnder(dir string) error {
 	}
 	var points []string
 	for _, m := range infos {
-		if m.Mountpoint != dir {
-			points = append(points, m.Mountpoint)
-		}
+		points = append(points, m.Mountpoint)
 	}
 	// Sorted, a mount point comes after its parent: reversed, children
 	// are detached before the mounts they sit on.

@@ -69,6 +69,10 @@ type Request struct {
 	// Mounts are extra bind mounts in /tmp (dependency layers).
 	Mounts []Mount
 
+	// direct: libcontainer starts the init even with the fork server on
+	// (Libcontainer.Direct).
+	direct bool
+
 	// kernel, if set, makes the container a kernel's (StartKernel): its
 	// protocol pipes become the program's fds 3 and 4, and its output is
 	// read per cell by the kernel, not captured for one result.

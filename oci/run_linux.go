@@ -328,6 +328,11 @@ func (r *run) cleanup() error {
 		}
 	}
 	if r.runDir != "" {
+		// The usual run directory is its /work mountpoint alone, now
+		// empty: two rmdirs; anything else goes through RemoveAll.
+		if r.work != "" && unix.Rmdir(r.work) == nil && unix.Rmdir(r.runDir) == nil {
+			return errors.Join(errs...)
+		}
 		if err := os.RemoveAll(r.runDir); errors.Is(err, unix.EBUSY) {
 			err = removeMounted(r.runDir)
 		} else if err != nil {

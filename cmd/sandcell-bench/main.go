@@ -143,9 +143,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !given["lang"] {
 		c.Cases = "" // Quick's cases whose layers are built
 	}
-	// The pooled runner needs a pool: the bench turns one on (of 4) when
-	// the server's default (off) is in force.
-	if cfg.PoolSize == 0 {
+	// The pooled runner needs a pool: the bench turns one on (of 4)
+	// unless --pool-size says otherwise.
+	if cfg.PoolSize < 0 {
 		cfg.PoolSize = 4
 	}
 	e, opts, err := open(&cfg, log, stderr)
@@ -310,7 +310,20 @@ func open(cfg *config.Config, log *slog.Logger, notes io.Writer) (*executor.Exec
 	if err != nil {
 		return nil, bench.Options{}, err
 	}
-	return e, bench.Options{StateDir: cfg.StateDir, UIDBase: uint32(cfg.UIDBase), Log: log, Notes: notes}, nil
+	opts := bench.Options{StateDir: cfg.StateDir, UIDBase: uint32(cfg.UIDBase), LayerDir: cfg.LayerDir,
+		RootlessUser: os.Getenv("SANDCELL_ROOTLESS_USER"), Log: log, Notes: notes}
+	// The CLI runners run the sandcell binary next to this one.
+	if exe, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(exe), "sandcell"); isExecutable(p) {
+			opts.Sandcell = p
+		}
+	}
+	return e, opts, nil
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }
 
 // usageError prints a usage mistake and returns 2.

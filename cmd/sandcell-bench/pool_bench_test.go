@@ -16,16 +16,20 @@ import (
 	"github.com/sandcell/sandcell/internal/testutil"
 )
 
-// BenchmarkPoolMCPStdio measures issue #9's goal: python print(1) end to
-// end through MCP stdio (tools/call execute_code against bin/sandcell serve
-// --stdio, with a warm pool), side by side with the host's python3 -c
+// BenchmarkPoolMCPStdio measures issue #9's and #18's goal: python
+// print(1) end to end through MCP stdio (tools/call execute_code against
+// bin/sandcell serve --stdio with its default flags: the warm pool and the
+// fork server it has by default), side by side with the host's python3 -c
 // 'print(1)', interleaved in one run. It reports both medians and their
-// ratio (goal: pooled at most 0.5x the host).
+// ratio (goal: sandcell at most 0.5x the host). The only flags given keep
+// the server's state apart from other instances (--state-dir,
+// --cgroup-parent) and its layers where the tests' are (--home).
 //
 //	make build && SANDCELL_LAYER_DIR=/var/lib/sandcell go test -tags 'seccomp netgo osusergo' \
 //	    -run '^$' -bench PoolMCPStdio -benchtime 200x ./cmd/sandcell-bench
 //
-// SANDCELL_BIN names the binary (default ../../bin/sandcell), HOST_PYTHON
+// SANDCELL_BIN names the binary (default ../../bin/sandcell), POOL_SIZE a
+// --pool-size to give (default: none, the server's default), HOST_PYTHON
 // the host interpreter (default /usr/bin/python3), POOL_BENCH_PAUSE the
 // pause before each pair (default 100ms: an agent's calls come seconds
 // apart; the pool refills in the pause, not while a timed call runs; 0
@@ -46,8 +50,11 @@ func BenchmarkPoolMCPStdio(b *testing.B) {
 	}
 	defer os.RemoveAll(state)
 	cg := "/" + filepath.Base(state)
-	srv := exec.Command(bin, "--home", home, "--no-build", "--state-dir", state, "--cgroup-parent", cg,
-		"--pool-size", envOr("POOL_SIZE", "4"), "serve", "--stdio")
+	args := []string{"--home", home, "--no-build", "--state-dir", state, "--cgroup-parent", cg}
+	if n := os.Getenv("POOL_SIZE"); n != "" {
+		args = append(args, "--pool-size", n)
+	}
+	srv := exec.Command(bin, append(args, "serve", "--stdio")...)
 	in, err := srv.StdinPipe()
 	if err != nil {
 		b.Fatal(err)

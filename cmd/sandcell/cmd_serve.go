@@ -66,6 +66,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		}
 	}
 
+	env.cfg.ForServe()
 	svc, closeSvc, err := openService(env)
 	if err != nil {
 		return env.fail(err)

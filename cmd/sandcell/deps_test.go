@@ -26,7 +26,7 @@ var allowedImports = map[string][]string{
 	"rest":               {"api", "batch", "executor", "limits", "rootfs"},
 	"executor":           {"api", "oci", "limits", "rootfs", "seccomp", "internal/egress", "wasm"},
 	"wasm":               {"api", "oci", "limits", "internal/owner"},
-	"oci":                {"api", "limits", "internal/netcopy", "internal/owner"},
+	"oci":                {"api", "limits", "internal/netcopy", "internal/owner", "oci/zygote"},
 	"mcp":                {"api", "limits"},
 	"limits":             {"api"},
 	"rootfs":             {"api"},
@@ -41,7 +41,7 @@ func TestImportArrows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sub := range []string{"internal", "cmd"} {
+	for _, sub := range []string{"internal", "cmd", "oci"} {
 		more, err := filepath.Glob("../../" + sub + "/*")
 		if err != nil {
 			t.Fatal(err)
@@ -56,7 +56,7 @@ func TestImportArrows(t *testing.T) {
 		}
 		name := strings.TrimPrefix(pkg.ImportPath, module)
 		switch parent := filepath.Base(filepath.Dir(dir)); parent {
-		case "internal", "cmd":
+		case "internal", "cmd", "oci":
 			name = parent + "/" + filepath.Base(dir)
 		default:
 			name = filepath.Base(dir)

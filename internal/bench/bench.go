@@ -115,6 +115,7 @@ func Run(ctx context.Context, e *executor.Executor, opts Options, c Config) (*Re
 		return nil, err
 	}
 	h := newHarness(l, c.Runc, c.Bwrap)
+	defer h.closeCLI()
 	runners, err := h.runners(c.Runners)
 	if err != nil {
 		return nil, err
@@ -132,7 +133,7 @@ func Run(ctx context.Context, e *executor.Executor, opts Options, c Config) (*Re
 	}
 	for _, cs := range cases {
 		opts.log().Info("bench latency", "case", cs.name, "iterations", cs.n)
-		rep.Latency = append(rep.Latency, latency(ctx, cs, runners, opts))
+		rep.Latency = append(rep.Latency, latency(ctx, cs, runners, opts, h.cpu))
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -252,14 +253,19 @@ func (c *benchCase) once(ctx context.Context, r runner, slot int) error {
 
 // latency runs every runner c.n times (after one warm-up run each),
 // interleaved: each iteration runs each runner once, starting with a
-// different one each time. A runner that fails is dropped for the rest of
+// different one each time, and records its wall time and the CPU time
+// cpu counted meanwhile. A runner that fails is dropped for the rest of
 // the case; its cell says so.
-func latency(ctx context.Context, c *benchCase, runners []runner, opts Options) LatencyRow {
-	row := LatencyRow{Case: c.name, N: c.n, Samples: map[string][]time.Duration{}, Errors: map[string]string{}}
+func latency(ctx context.Context, c *benchCase, runners []runner, opts Options, cpu func() time.Duration) LatencyRow {
+	row := LatencyRow{Case: c.name, N: c.n, Samples: map[string][]time.Duration{}, CPU: map[string][]time.Duration{}, Errors: map[string]string{}}
+	var used time.Duration
 	timed := func(r runner) (time.Duration, error) {
+		c0 := cpu()
 		start := time.Now()
 		err := c.once(ctx, r, 0)
-		return time.Since(start), err
+		d := time.Since(start)
+		used = cpu() - c0
+		return d, err
 	}
 	fail := func(r runner, err error) {
 		row.Errors[r.name] = err.Error()
@@ -282,6 +288,7 @@ func latency(ctx context.Context, c *benchCase, runners []runner, opts Options) 
 				continue
 			}
 			row.Samples[r.name] = append(row.Samples[r.name], d)
+			row.CPU[r.name] = append(row.CPU[r.name], used)
 		}
 	}
 	return row

@@ -27,6 +27,11 @@ type Options struct {
 	// UIDBase is the first host uid of the sandboxes' id range: the
 	// bundles of the CLI runners map the same ids as sandcell's runs.
 	UIDBase uint32
+	// Sandcell is the sandcell binary of the CLI runners ("cli",
+	// "rootless"; "": left out), LayerDir the layer directory they use
+	// (the rootless one read-only, --shared-home), RootlessUser the
+	// rootless runner's user (default sandcell-rootless).
+	Sandcell, LayerDir, RootlessUser string
 	// Log gets progress (nil: discarded); Notes the lines a reader of the
 	// tables wants to see (a runner left out, a runner that failed), each
 	// prefixed "sandcell-bench: " (nil: discarded).

@@ -35,16 +35,19 @@ type runner struct {
 }
 
 // RunnerKeys are the runners in column order (--runners names).
-var RunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh", "pooled", "gvisor"}
+var RunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh", "libcontainer", "pooled", "gvisor", "cli", "rootless"}
 
 // runners are the available runners, all or those of list (keys of
 // RunnerKeys). A runner named in list that is not available is an error;
 // one not named is left out with a note.
 //
-// "sandcell fresh" bypasses the warm pool (executor.Request.Fresh);
-// "sandcell pooled" goes through it as every server call does, so the
-// pool learns the case's demand from the interleaved runs and refills
-// between them.
+// "sandcell fresh" bypasses the warm pool (executor.Request.Fresh): a
+// fresh sandbox per run, started by the fork server (issue #18) as every
+// run is by default; "sandcell libcontainer" also bypasses the fork
+// server (executor.Request.Libcontainer): every init started by
+// libcontainer's re-exec, the path before it. "sandcell pooled" goes
+// through the pool as every server call does, so the pool learns the
+// case's demand from the interleaved runs and refills between them.
 func (h *harness) runners(list string) ([]runner, error) {
 	all := []runner{
 		{key: "bare", name: "bare host", throughput: true, run: h.bare},
@@ -52,9 +55,12 @@ func (h *harness) runners(list string) ([]runner, error) {
 		{key: "runc", name: "runc CLI", run: h.runcCLI},
 		{key: "runsc", name: "runsc CLI", run: h.runscCLI(false)},
 		{key: "runsc-cg", name: "runsc CLI (cgroup)", run: h.runscCLI(true)},
-		{key: "fresh", name: "sandcell fresh", throughput: true, run: h.sandcell("runc", true)},
-		{key: "pooled", name: "sandcell pooled", throughput: true, run: h.sandcell("runc", false)},
-		{key: "gvisor", name: "sandcell gvisor", run: h.sandcell("gvisor", false)},
+		{key: "fresh", name: "sandcell fresh", throughput: true, run: h.sandcell("runc", true, false)},
+		{key: "libcontainer", name: "sandcell libcontainer", throughput: true, run: h.sandcell("runc", true, true)},
+		{key: "pooled", name: "sandcell pooled", throughput: true, run: h.sandcell("runc", false, false)},
+		{key: "gvisor", name: "sandcell gvisor", run: h.sandcell("gvisor", false, false)},
+		{key: "cli", name: "sandcell run CLI", run: h.cliRoot},
+		{key: "rootless", name: "sandcell run CLI rootless", run: h.cliRootless},
 	}
 	missing := map[string]string{}
 	if h.bwrapPath == "" {
@@ -62,6 +68,12 @@ func (h *harness) runners(list string) ([]runner, error) {
 	}
 	if h.runcPath == "" {
 		missing["runc"] = "runc CLI not found"
+	}
+	if h.opts.Sandcell == "" || h.opts.LayerDir == "" {
+		missing["cli"] = "no sandcell binary or layer dir given (Options.Sandcell, LayerDir)"
+		missing["rootless"] = missing["cli"]
+	} else if h.rootlessErr != nil {
+		missing["rootless"] = h.rootlessErr.Error()
 	}
 	if h.e.Pool() == nil {
 		missing["pooled"] = "warm pools are off (--pool-size 0)"
@@ -110,6 +122,10 @@ type harness struct {
 	gvErr     error
 	gvFilter  *specs.LinuxSeccomp
 	seq       atomic.Int64
+	// rootless is the rootless CLI runner's user (nil: rootlessErr says
+	// why it cannot run).
+	rootless    *rootless
+	rootlessErr error
 }
 
 func newHarness(l *lab, runcPath, bwrapPath string) *harness {
@@ -119,6 +135,13 @@ func newHarness(l *lab, runcPath, bwrapPath string) *harness {
 	}
 	if p, err := exec.LookPath(bwrapPath); bwrapPath != "" && err == nil {
 		h.bwrapPath = p
+	}
+	name := l.opts.RootlessUser
+	if name == "" {
+		name = "sandcell-rootless"
+	}
+	if l.opts.Sandcell != "" {
+		h.rootless, h.rootlessErr = openRootless(name)
 	}
 	h.gv, h.gvErr = l.e.Gvisor()
 	if h.gvErr == nil {
@@ -153,14 +176,26 @@ func (h *harness) host() string {
 
 // sandcell runs the case through executor.Execute, the path of `sandcell
 // run` and of the MCP tool (compile phase included), with the isolation
-// given; fresh bypasses the warm pool.
-func (h *harness) sandcell(isolation string, fresh bool) func(context.Context, *benchCase, int) (string, error) {
+// given; fresh bypasses the warm pool, direct the fork server.
+func (h *harness) sandcell(isolation string, fresh, direct bool) func(context.Context, *benchCase, int) (string, error) {
 	return func(ctx context.Context, c *benchCase, _ int) (string, error) {
 		req := c.req
 		req.Isolation = isolation
-		res, err := h.e.Execute(ctx, executor.Request{Request: req, Fresh: fresh})
+		res, err := h.e.Execute(ctx, executor.Request{Request: req, Fresh: fresh, Libcontainer: direct})
 		return stdoutOf(res.Phase, err)
 	}
+}
+
+// cpu is the CPU time this process, its reaped children and the fork
+// server have used so far: what every runner's run costs the host, the
+// harness's own share included (a sandcell runner's work is this
+// process's; a CLI runner's is its reaped processes').
+func (h *harness) cpu() time.Duration {
+	var self, kids unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &self)
+	_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &kids)
+	t := func(v unix.Timeval) time.Duration { return time.Duration(v.Nano()) }
+	return t(self.Utime) + t(self.Stime) + t(kids.Utime) + t(kids.Stime) + h.e.Runtime().HelperCPU()
 }
 
 // bare runs the case on the bare host (bare.go), slot's root.

@@ -86,13 +86,21 @@ type Config struct {
 	// execute_code's dependencies): --no-install, --deps-*, --egress-*.
 	Deps executor.DepsOptions
 	// PoolSize is the most containers prepared ahead per pool key (same
-	// root, limits, environment...); 0 (the default) turns warm pools
-	// off: idle prepared containers are live processes, cgroups and mounts
-	// that an operator asks for (e.g. --pool-size 4 for an agent or an
-	// evaluation harness). PoolIdle is how long a key goes unasked before
-	// its pool shrinks to zero.
+	// root, limits, environment...); 0 turns warm pools off. Negative (the
+	// default) is the command's own default: ServePoolSize for a server
+	// (serve, see ForServe), where a pre-started interpreter answers an
+	// agent's call in a few milliseconds, and 0 for the one-shot commands
+	// (run, batch), which would only pay for containers they never use.
+	// Idle prepared containers are live processes, cgroups and mounts
+	// (tests that look for leftovers while a server runs pass 0). PoolIdle
+	// is how long a key goes unasked before its pool shrinks to zero.
 	PoolSize int
 	PoolIdle time.Duration
+	// ForkServer starts runc sandboxes through sandcell's fork server (a
+	// few milliseconds per run) wherever the spec allows; false starts
+	// every one through libcontainer's own re-exec (tens of milliseconds).
+	// What a program sees is the same either way.
+	ForkServer bool
 	// LogLevel is the level of the logs on stderr: debug, info, warn
 	// (the default) or error.
 	LogLevel string
@@ -106,6 +114,9 @@ type Config struct {
 	MaxKernels int
 	KernelIdle time.Duration
 }
+
+// ServePoolSize is a server's warm pool size when --pool-size is not given.
+const ServePoolSize = 2
 
 // Default is the configuration of this process: a root server's, or, in
 // sandcell's rootless user namespace, the user's (Rootless).
@@ -127,8 +138,9 @@ func Default() Config {
 		MaxSessionsPerClient: 32,
 		MaxRuns:              runtime.NumCPU(),
 		MaxQueue:             4 * runtime.NumCPU(),
-		PoolSize:             0,
+		PoolSize:             -1,
 		PoolIdle:             oci.DefaultPoolIdle,
+		ForkServer:           true,
 		LogLevel:             "warn",
 	}
 	if uid, _, ok := Rootless(); ok {
@@ -167,7 +179,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRuns, "max-runs", c.MaxRuns, "runs at once (default: the number of CPUs)")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "runs waiting for a slot before calls are refused as busy (default 4 x the number of CPUs)")
 	c.addDepsFlags(fs)
-	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "warm pool: most containers prepared ahead per language and limits (0: off, the default; 4 suits an agent or an evaluation harness)")
+	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, fmt.Sprintf("warm pool: most containers prepared ahead per language and limits (0: off; default %d for serve, off for run and batch)", ServePoolSize))
+	fs.BoolVar(&c.ForkServer, "fork-server", c.ForkServer, "start runc sandboxes through the fork server (a few ms each); false: libcontainer's own start for every run")
 	fs.DurationVar(&c.PoolIdle, "pool-idle", c.PoolIdle, "warm pool: a language and limits not asked for this long get no containers prepared ahead")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level on stderr: debug, info, warn, error")
 	fs.IntVar(&c.MaxKernels, "max-kernels", c.MaxKernels, "live interpreters (run_cell kernels) at once, all sessions together; past it a new kernel is refused as busy (default 8)")
@@ -221,7 +234,7 @@ func (c *Config) Validate() error {
 	if c.MaxKernels < 0 || c.KernelIdle < 0 {
 		return fmt.Errorf("--max-kernels %d and --kernel-idle %s must not be negative", c.MaxKernels, c.KernelIdle)
 	}
-	if c.PoolSize < 0 || c.PoolIdle <= 0 {
+	if c.PoolSize < -1 || c.PoolIdle <= 0 {
 		return fmt.Errorf("--pool-size %d must not be negative and --pool-idle %s must be positive", c.PoolSize, c.PoolIdle)
 	}
 	if !slices.Contains(executor.Isolations, c.Isolation) {
@@ -255,6 +268,14 @@ func (c *Config) validateDeps() error {
 		return fmt.Errorf("--egress-host: %w", err)
 	}
 	return nil
+}
+
+// ForServe applies a server's defaults: a warm pool of ServePoolSize
+// unless --pool-size was given.
+func (c *Config) ForServe() {
+	if c.PoolSize < 0 {
+		c.PoolSize = ServePoolSize
+	}
 }
 
 // SessionsPath is where the sessions live.
@@ -294,7 +315,8 @@ func (c *Config) Executor(log *slog.Logger, poolBusy func() bool) executor.Optio
 		RunscAllowKVM:   c.RunscAllowKVM,
 		Defaults:        c.Defaults,
 		Ceilings:        c.Ceilings,
-		PoolSize:        c.PoolSize,
+		PoolSize:        max(c.PoolSize, 0),
+		ForkServer:      c.ForkServer,
 		PoolIdle:        c.PoolIdle,
 		PoolBusy:        poolBusy,
 		Deps:            c.Deps,

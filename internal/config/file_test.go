@@ -58,6 +58,7 @@ var samples = map[string]struct {
 	"drain-timeout":           {[]string{"30s"}, `"30s"`},
 	"max-kernels":             {[]string{"3"}, `3`},
 	"kernel-idle":             {[]string{"2m"}, `"2m"`},
+	"fork-server":             {[]string{"false"}, `false`},
 }
 
 func flagSets() (*Config, *Serve, *flag.FlagSet, *flag.FlagSet) {

@@ -1,0 +1,1362 @@
+/*
+ * sandcell's fork server (the "zygote").
+ *
+ * When this binary starts with SCZ_ENV set, the constructor below runs
+ * before Go's runtime and never returns: the process serves sandcell's
+ * requests on the socket SCZ_ENV names. For each request it clone3()s a
+ * child with fresh namespaces (CLONE_PARENT: the child is sandcell's own
+ * child, so sandcell reaps it and learns its exit status), writes the
+ * child's uid/gid maps and oom_score_adj from outside, and
+ * hands sandcell a pidfd. The child then sets itself up exactly as
+ * runc's init does for the same libcontainer config (each step below
+ * names the runc v1.5.3 function it mirrors), waits for SCZ_GO and execs
+ * the program.
+ *
+ * What it defends against: nothing untrusted ever talks to the zygote.
+ * Its only input is sandcell's socket; a run cannot reach it (another pid
+ * namespace, no shared fd, its own mount, net, ipc, uts and user
+ * namespaces) and the child drops the zygote's socket before anything
+ * else. See SECURITY.md ("The fork server").
+ *
+ * Without SCZ_ENV the constructor returns at once.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/keyctl.h>
+#include <linux/mount.h>
+#include <linux/openat2.h>
+#include <linux/sched.h>
+#include <linux/seccomp.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <grp.h>
+#include <unistd.h>
+
+#include "zygote.h"
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef MS_NOSYMFOLLOW
+#define MS_NOSYMFOLLOW 256
+#endif
+#ifndef ST_NOSYMFOLLOW
+#define ST_NOSYMFOLLOW 0x2000
+#endif
+
+static int zygote_sock = -1;
+
+/* The most fds a request carries. */
+#define MAX_FDS (5 + SCZ_MAX_EXTRA + SCZ_MAX_SOURCES + SCZ_MAX_TASKS + 1)
+
+/* ------------------------------------------------------------------ */
+/* The child's plan                                                     */
+
+struct mnt {
+	uint32_t flags, cleared, nprop;
+	int srcfd; /* a detached copy of a bind's source (open_tree), or -1 */
+	const uint32_t *prop;
+	const char *device, *source, *dest;
+	char *data; /* may be rewritten (the tmpfs mode= prefix) */
+};
+
+#define MAX_LIST 4096
+
+struct plan {
+	const char *rootfs;
+	uint32_t rootprop;
+	int readonlyfs;
+	struct mnt mounts[64];
+	int nmounts;
+	const char *devices[32];
+	int ndevices;
+	int setupdev;
+	const char *hostname, *domainname;
+	const char *ropaths[32];
+	int nropaths;
+	const char *maskpaths[32];
+	int nmaskpaths;
+	int nnp;
+	uint32_t seccomp_flags;
+	const struct sock_filter *bpf;
+	uint32_t bpf_len;
+	const char *keyring;
+	uint32_t keyperm;
+	int loopback;
+	int cgroupns;
+	const char *cwd;
+	char **argv;
+	int argc;
+	char **envp;
+	int envc;
+	const char *path;
+	uint32_t uid, gid;
+	int setgroups, setgroups0;
+	uint32_t umask;
+};
+
+/* The child's state for error reports. */
+static int child_sync = -1;
+/* The root filesystem's host path (mountpoints must resolve inside it). */
+static const char *rootfs_path = "";
+/* The request's mount sources (fds of the child), for parse_mount. */
+static int *child_sources;
+static uint32_t child_nsources;
+
+static void child_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+static void child_fail(const char *fmt, ...)
+{
+	char buf[SCZ_MSG_LEN];
+	int saved = errno;
+	buf[0] = SCZ_ERROR;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf + 1, sizeof(buf) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	if (n > (int)sizeof(buf) - 2)
+		n = sizeof(buf) - 2;
+	if (saved != 0) {
+		int m = snprintf(buf + 1 + n, sizeof(buf) - 1 - n, ": %s", strerror(saved));
+		if (m > 0)
+			n += m;
+		if (n > (int)sizeof(buf) - 2)
+			n = sizeof(buf) - 2;
+	}
+	if (child_sync >= 0)
+		(void)!send(child_sync, buf, 1 + n, MSG_NOSIGNAL);
+	_exit(1);
+}
+
+/* Each helper that can fail sets errno; child_fail appends strerror. */
+#define CHECK(expr, ...)                      \
+	do {                                  \
+		errno = 0;                    \
+		if ((expr) < 0)               \
+			child_fail(__VA_ARGS__); \
+	} while (0)
+
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* str returns a NUL-terminated copy of a record's payload. */
+static char *str(const unsigned char *p, uint32_t len)
+{
+	char *s = malloc(len + 1);
+	if (!s)
+		child_fail("out of memory");
+	memcpy(s, p, len);
+	s[len] = 0;
+	return s;
+}
+
+static void parse_mount(struct plan *pl, const unsigned char *p, uint32_t len)
+{
+	if (pl->nmounts >= (int)(sizeof(pl->mounts) / sizeof(pl->mounts[0])))
+		child_fail("plan: too many mounts");
+	if (len < 32)
+		child_fail("plan: short mount record");
+	struct mnt *m = &pl->mounts[pl->nmounts++];
+	m->flags = get32(p);
+	m->cleared = get32(p + 4);
+	m->nprop = get32(p + 8);
+	uint32_t src = get32(p + 12);
+	if (src > child_nsources)
+		child_fail("plan: mount source %u of %u", src, child_nsources);
+	m->srcfd = src ? child_sources[src - 1] : -1;
+	p += 4;
+	len -= 4;
+	uint32_t l[4];
+	for (int i = 0; i < 4; i++)
+		l[i] = get32(p + 12 + 4 * i);
+	uint64_t need = 28 + 4ull * m->nprop;
+	for (int i = 0; i < 4; i++)
+		need += (uint64_t)l[i] + 1;
+	if (need > len || m->nprop > 8)
+		child_fail("plan: bad mount record");
+	uint32_t *prop = malloc(4 * (m->nprop + 1));
+	if (!prop)
+		child_fail("out of memory");
+	for (uint32_t i = 0; i < m->nprop; i++)
+		prop[i] = get32(p + 28 + 4 * i);
+	m->prop = prop;
+	const unsigned char *s = p + 28 + 4 * m->nprop;
+	char *f[4];
+	for (int i = 0; i < 4; i++) {
+		f[i] = str(s, l[i]);
+		s += l[i] + 1;
+	}
+	m->device = f[0];
+	m->source = f[1];
+	m->dest = f[2];
+	m->data = f[3];
+}
+
+static void add_list(const char **list, int *n, int max, const char *s, const char *what)
+{
+	if (*n >= max)
+		child_fail("plan: too many %s", what);
+	list[(*n)++] = s;
+}
+
+static void parse_plan(struct plan *pl, const unsigned char *buf, size_t size)
+{
+	memset(pl, 0, sizeof(*pl));
+	pl->argv = calloc(MAX_LIST + 1, sizeof(char *));
+	pl->envp = calloc(MAX_LIST + 1, sizeof(char *));
+	if (!pl->argv || !pl->envp)
+		child_fail("out of memory");
+	size_t off = 0;
+	while (off + 8 <= size) {
+		uint32_t key = get32(buf + off), len = get32(buf + off + 4);
+		off += 8;
+		if (len > size - off)
+			child_fail("plan: record %u overruns the plan", key);
+		const unsigned char *p = buf + off;
+		off += (len + 3) & ~3u;
+		switch (key) {
+		case SCZ_P_ROOTFS: pl->rootfs = str(p, len); break;
+		case SCZ_P_ROOTPROP: pl->rootprop = len >= 4 ? get32(p) : 0; break;
+		case SCZ_P_READONLYFS: pl->readonlyfs = len >= 4 && get32(p); break;
+		case SCZ_P_MOUNT: parse_mount(pl, p, len); break;
+		case SCZ_P_DEVICE: add_list(pl->devices, &pl->ndevices, 32, str(p, len), "devices"); break;
+		case SCZ_P_SETUPDEV: pl->setupdev = len >= 4 && get32(p); break;
+		case SCZ_P_HOSTNAME: pl->hostname = str(p, len); break;
+		case SCZ_P_DOMAINNAME: pl->domainname = str(p, len); break;
+		case SCZ_P_ROPATH: add_list(pl->ropaths, &pl->nropaths, 32, str(p, len), "read-only paths"); break;
+		case SCZ_P_MASKPATH: add_list(pl->maskpaths, &pl->nmaskpaths, 32, str(p, len), "masked paths"); break;
+		case SCZ_P_NNP: pl->nnp = len >= 4 && get32(p); break;
+		case SCZ_P_SECCOMP_FLAGS: pl->seccomp_flags = len >= 4 ? get32(p) : 0; break;
+		case SCZ_P_SECCOMP_BPF:
+			if (len % sizeof(struct sock_filter) || len == 0 || len / sizeof(struct sock_filter) > BPF_MAXINSNS)
+				child_fail("plan: bad seccomp program of %u bytes", len);
+			pl->bpf = malloc(len);
+			if (!pl->bpf)
+				child_fail("out of memory");
+			memcpy((void *)pl->bpf, p, len);
+			pl->bpf_len = len / sizeof(struct sock_filter);
+			break;
+		case SCZ_P_KEYRING: pl->keyring = str(p, len); break;
+		case SCZ_P_KEYPERM: pl->keyperm = len >= 4 ? get32(p) : 0; break;
+		case SCZ_P_LOOPBACK: pl->loopback = len >= 4 && get32(p); break;
+		case SCZ_P_CGROUPNS: pl->cgroupns = len >= 4 && get32(p); break;
+		case SCZ_P_CWD: pl->cwd = str(p, len); break;
+		case SCZ_P_ARG:
+			if (pl->argc >= MAX_LIST)
+				child_fail("plan: too many arguments");
+			pl->argv[pl->argc++] = str(p, len);
+			break;
+		case SCZ_P_ENV:
+			if (pl->envc >= MAX_LIST)
+				child_fail("plan: too many environment entries");
+			pl->envp[pl->envc++] = str(p, len);
+			break;
+		case SCZ_P_PATH: pl->path = str(p, len); break;
+		case SCZ_P_UID: pl->uid = len >= 4 ? get32(p) : 0; break;
+		case SCZ_P_GID: pl->gid = len >= 4 ? get32(p) : 0; break;
+		case SCZ_P_SETGROUPS: pl->setgroups = len >= 4 && get32(p); break;
+		case SCZ_P_SETGROUPS0: pl->setgroups0 = len >= 4 && get32(p); break;
+		case SCZ_P_UMASK: pl->umask = len >= 4 ? get32(p) : 022; break;
+		case SCZ_P_END: return;
+		default: child_fail("plan: unknown record %u", key);
+		}
+	}
+	child_fail("plan: no end record");
+}
+
+/* ------------------------------------------------------------------ */
+/* Paths inside the root (runc's internal/pathrs)                       */
+
+static char procfd_buf[4][64];
+
+/* procfd names an fd through /proc, as runc's utils.WithProcfdFile does. */
+static const char *procfd(int slot, int fd)
+{
+	snprintf(procfd_buf[slot], sizeof(procfd_buf[slot]), "/proc/self/fd/%d", fd);
+	return procfd_buf[slot];
+}
+
+static int open_in_root(int rootfd, const char *path, int flags)
+{
+	struct open_how how = {
+		.flags = (uint64_t)flags | O_CLOEXEC,
+		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+	};
+	while (*path == '/')
+		path++;
+	if (!*path)
+		path = ".";
+	return syscall(SYS_openat2, rootfd, path, &how, sizeof(how));
+}
+
+/* mkdir_all_in_root is pathrs.MkdirAllInRoot: every missing component of
+ * path is created with mode, resolved inside the root. Returns an O_PATH fd. */
+static int mkdir_all_in_root(int rootfd, const char *path, mode_t mode)
+{
+	char buf[PATH_MAX];
+	if (strlen(path) >= sizeof(buf)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(buf, path);
+	int fd = open_in_root(rootfd, "/", O_PATH | O_DIRECTORY);
+	if (fd < 0)
+		return -1;
+	char *save = NULL;
+	for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+		if (strcmp(c, ".") == 0)
+			continue;
+		if (strcmp(c, "..") == 0) {
+			close(fd);
+			errno = EINVAL;
+			return -1;
+		}
+		int next = openat(fd, c, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (next < 0 && errno == ENOENT) {
+			if (mkdirat(fd, c, mode) < 0 && errno != EEXIST) {
+				close(fd);
+				return -1;
+			}
+			next = openat(fd, c, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		if (next < 0 && errno == ELOOP) {
+			/* A symlink: resolve it inside the root, as pathrs does. */
+			char sofar[PATH_MAX];
+			size_t n = (size_t)(c - buf) + strlen(c);
+			memcpy(sofar, path, n);
+			sofar[n] = 0;
+			next = open_in_root(rootfd, sofar, O_PATH | O_DIRECTORY);
+		}
+		close(fd);
+		if (next < 0)
+			return -1;
+		fd = next;
+	}
+	return fd;
+}
+
+/* split_parent: the directory part and the name of path. */
+static void split_parent(const char *path, char *dir, size_t dirlen, const char **name)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash) {
+		snprintf(dir, dirlen, "/");
+		*name = path;
+		return;
+	}
+	size_t n = (size_t)(slash - path);
+	if (n >= dirlen)
+		n = dirlen - 1;
+	memcpy(dir, path, n);
+	dir[n] = 0;
+	if (n == 0)
+		snprintf(dir, dirlen, "/");
+	*name = slash + 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Mounts (runc's rootfs_linux.go)                                      */
+
+static int is_dev_dest(const char *dest)
+{
+	while (*dest == '/')
+		dest++;
+	size_t n = strlen(dest);
+	while (n > 0 && dest[n - 1] == '/')
+		n--;
+	return n == 3 && strncmp(dest, "dev", 3) == 0;
+}
+
+/* reopen_after_mount re-resolves dest inside the root: the new mount's top. */
+static int reopen_after_mount(int rootfd, const char *dest)
+{
+	return open_in_root(rootfd, dest, O_PATH);
+}
+
+/* mount_propagate is mountEntry.mountPropagate. It takes ownership of
+ * *dstfd; with top set, *dstfd is then the new mount's top (runc always
+ * reopens it; here only a caller that goes on to use it pays the lookup). */
+static void mount_propagate(int rootfd, struct mnt *m, int *dstfd, int top)
+{
+	uint32_t flags = m->flags;
+	/* tmpfs and /dev are mounted read-write first; finalize_rootfs remounts them. */
+	if (strcmp(m->device, "tmpfs") == 0 || is_dev_dest(m->dest))
+		flags &= ~MS_RDONLY;
+	if (m->srcfd >= 0) {
+		/* A bind's source sandcell cloned on the host (runc's
+		 * mountSourceOpenTree): the child, root of a user namespace
+		 * mapped to unprivileged host ids, may not traverse the
+		 * directories above the source (a 0700 state dir), and a plain
+		 * fd of it names a mount of another mount namespace, which
+		 * mount(MS_BIND) refuses; a detached copy moves into place. */
+		CHECK(syscall(SYS_move_mount, m->srcfd, "", *dstfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+		      "move_mount %s on %s", m->source, m->dest);
+		close(m->srcfd);
+		m->srcfd = -1;
+	} else {
+		CHECK(mount(m->source, procfd(0, *dstfd), m->device, flags, m->data[0] ? m->data : NULL),
+		      "mount %s on %s (%s)", m->source, m->dest, m->device);
+	}
+	if (!top && m->nprop == 0)
+		return;
+	int fd = reopen_after_mount(rootfd, m->dest);
+	CHECK(fd, "reopen mountpoint %s after mount", m->dest);
+	close(*dstfd);
+	*dstfd = fd;
+	for (uint32_t i = 0; i < m->nprop; i++)
+		CHECK(mount("", procfd(0, *dstfd), "", m->prop[i], NULL), "set propagation of %s", m->dest);
+}
+
+/* statfs_to_mount_flags is runc's statfsToMountFlags. */
+static uint32_t statfs_to_mount_flags(const struct statfs *st)
+{
+	static const struct {
+		unsigned long st;
+		uint32_t ms;
+	} map[] = {
+		{ST_RDONLY, MS_RDONLY}, {ST_NOSUID, MS_NOSUID}, {ST_NODEV, MS_NODEV},
+		{ST_NOEXEC, MS_NOEXEC}, {ST_MANDLOCK, MS_MANDLOCK}, {ST_SYNCHRONOUS, MS_SYNCHRONOUS},
+		{ST_NOATIME, MS_NOATIME}, {ST_NODIRATIME, MS_NODIRATIME}, {ST_RELATIME, MS_RELATIME},
+		{ST_NOSYMFOLLOW, MS_NOSYMFOLLOW},
+	};
+	uint32_t flags = 0;
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if ((st->f_flags & map[i].st) == map[i].st)
+			flags |= map[i].ms;
+	if ((flags & (MS_NOATIME | MS_RELATIME | MS_STRICTATIME)) == 0)
+		flags |= MS_STRICTATIME;
+	return flags;
+}
+
+#define LOCK_FLAGS (MS_RDONLY | MS_NODEV | MS_NOEXEC | MS_NOSUID | MS_NOATIME | MS_RELATIME | MS_STRICTATIME | MS_NODIRATIME)
+#define ATIME_FLAGS (MS_NOATIME | MS_RELATIME | MS_STRICTATIME | MS_NODIRATIME)
+
+/* check_proc_mount is runc's checkProcMount for destinations given as
+ * container paths: only a proc (or a bind of one) on /proc itself, and
+ * nothing below /proc. */
+static void check_proc_mount(const struct mnt *m)
+{
+	const char *d = m->dest;
+	while (*d == '/')
+		d++;
+	if (strncmp(d, "proc", 4) != 0 || (d[4] != 0 && d[4] != '/'))
+		return;
+	const char *rest = d + 4;
+	while (*rest == '/')
+		rest++;
+	if (*rest == 0) {
+		if (strcmp(m->device, "proc") == 0)
+			return;
+		errno = 0;
+		child_fail("%s cannot be mounted because it is not of type proc", m->dest);
+	}
+	errno = 0;
+	child_fail("%s cannot be mounted because it is inside /proc", m->dest);
+}
+
+/* create_open_mountpoint is mountEntry.createOpenMountpoint. */
+static int create_open_mountpoint(int rootfd, struct mnt *m)
+{
+	int fd = open_in_root(rootfd, m->dest, O_PATH);
+	if (fd >= 0 && strcmp(m->device, "tmpfs") == 0) {
+		struct stat st;
+		CHECK(fstat(fd, &st), "check tmpfs source mode of %s", m->dest);
+		mode_t mode = st.st_mode & 07777;
+		size_t n = strlen(m->data) + 16;
+		char *data = malloc(n);
+		if (!data)
+			child_fail("out of memory");
+		if (m->data[0])
+			snprintf(data, n, "mode=%04o,%s", mode, m->data);
+		else
+			snprintf(data, n, "mode=%04o", mode);
+		m->data = data;
+	}
+	if (fd < 0) {
+		if (errno != ENOENT)
+			child_fail("lookup mountpoint target %s", m->dest);
+		int file = 0;
+		if (strcmp(m->device, "bind") == 0) {
+			struct stat st;
+			if (m->srcfd >= 0)
+				CHECK(fstat(m->srcfd, &st), "stat bind source %s", m->source);
+			else
+				CHECK(stat(m->source, &st), "stat bind source %s", m->source);
+			file = !S_ISDIR(st.st_mode);
+		}
+		if (file) {
+			char dir[PATH_MAX];
+			const char *name;
+			split_parent(m->dest, dir, sizeof(dir), &name);
+			int dfd = mkdir_all_in_root(rootfd, dir, 0755);
+			CHECK(dfd, "make mountpoint %s", m->dest);
+			int f = openat(dfd, name, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0644);
+			CHECK(f, "make mountpoint %s", m->dest);
+			close(f);
+			close(dfd);
+			fd = open_in_root(rootfd, m->dest, O_PATH);
+		} else {
+			fd = mkdir_all_in_root(rootfd, m->dest, 0755);
+		}
+		CHECK(fd, "make mountpoint %s", m->dest);
+	}
+	/* The mountpoint must be inside the root and not the root itself,
+	 * and (checkProcMount) not on or below /proc. */
+	char link[PATH_MAX];
+	ssize_t n = readlink(procfd(1, fd), link, sizeof(link) - 1);
+	CHECK(n, "get mount destination real path of %s", m->dest);
+	link[n] = 0;
+	size_t rl = strlen(rootfs_path);
+	if (strncmp(link, rootfs_path, rl) != 0 || (link[rl] != '/' && link[rl] != 0)) {
+		errno = 0;
+		child_fail("mountpoint %s is outside of rootfs %s", link, rootfs_path);
+	}
+	if (link[rl] == 0) {
+		errno = 0;
+		child_fail("mountpoint %s is on the top of rootfs %s", link, rootfs_path);
+	}
+	struct mnt resolved = *m;
+	resolved.dest = link + rl;
+	check_proc_mount(&resolved);
+	return fd;
+}
+
+static void mount_to_rootfs(int rootfd, struct mnt *m)
+{
+	if (strcmp(m->device, "proc") == 0 || strcmp(m->device, "sysfs") == 0) {
+		check_proc_mount(m);
+		/* The destination must be an ordinary directory if it exists. */
+		int dst = open_in_root(rootfd, m->dest, O_PATH | O_NOFOLLOW);
+		if (dst >= 0) {
+			struct stat st;
+			CHECK(fstat(dst, &st), "stat %s", m->dest);
+			if (!S_ISDIR(st.st_mode)) {
+				errno = 0;
+				child_fail("filesystem \"%s\" must be mounted on ordinary directory", m->device);
+			}
+		} else {
+			dst = mkdir_all_in_root(rootfd, m->dest, 0755);
+			CHECK(dst, "make mountpoint %s", m->dest);
+		}
+		mount_propagate(rootfd, m, &dst, 0);
+		close(dst);
+		return;
+	}
+	check_proc_mount(m);
+	int dst = create_open_mountpoint(rootfd, m);
+	if (strcmp(m->device, "tmpfs") == 0) {
+		mount_propagate(rootfd, m, &dst, 0);
+		close(dst);
+		return;
+	}
+	if (strcmp(m->device, "bind") != 0) {
+		errno = 0;
+		child_fail("mount type %s is not supported by the fork server", m->device);
+	}
+	int remount = (m->flags & ~(MS_BIND | MS_REC | MS_REMOUNT)) != 0 || m->cleared != 0;
+	mount_propagate(rootfd, m, &dst, remount);
+	if (remount) {
+		uint32_t flags = m->flags | MS_BIND | MS_REMOUNT;
+		if (mount("", procfd(0, dst), "", flags, NULL) < 0) {
+			/* Locked flags (a mount from a more privileged namespace):
+			 * keep them, as runc's "remount with locked flags". */
+			int mount_errno = errno;
+			struct statfs st;
+			CHECK(statfs(m->source, &st), "statfs %s", m->source);
+			uint32_t src = statfs_to_mount_flags(&st);
+			if (src & m->cleared & LOCK_FLAGS) {
+				errno = mount_errno;
+				child_fail("cannot clear locked flags on %s", m->dest);
+			}
+			if ((m->flags & ATIME_FLAGS) && (m->flags & ATIME_FLAGS) != (src & ATIME_FLAGS)) {
+				errno = mount_errno;
+				child_fail("cannot change locked atime flags on %s", m->dest);
+			}
+			flags |= src & LOCK_FLAGS;
+			CHECK(mount("", procfd(0, dst), "", flags, NULL), "remount %s with locked flags re-applied", m->dest);
+		}
+	}
+	close(dst);
+}
+
+/* prepare_root is runc's prepareRoot plus rootfsParentMountPropagation. */
+static void prepare_root(const struct plan *pl)
+{
+	uint32_t flag = pl->rootprop ? pl->rootprop : (MS_SLAVE | MS_REC);
+	CHECK(mount("", "/", "", flag, NULL), "make / %s", (flag & MS_SLAVE) ? "rslave" : "private");
+	uint32_t pflag = (pl->rootprop & MS_SLAVE) ? MS_SLAVE : MS_PRIVATE;
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s", pl->rootfs);
+	for (;;) {
+		if (mount("", path, "", pflag, NULL) == 0)
+			break;
+		if (errno != EINVAL || strcmp(path, "/") == 0)
+			child_fail("remount-propagation of %s", path);
+		char *slash = strrchr(path, '/');
+		if (slash == path)
+			path[1] = 0;
+		else
+			*slash = 0;
+	}
+	CHECK(mount(pl->rootfs, pl->rootfs, "bind", MS_BIND | MS_REC, NULL), "bind %s onto itself", pl->rootfs);
+}
+
+/* in_dir opens the directory of path inside the root, reusing *cache when
+ * it is the same directory (most devices and links are in /dev). */
+static int in_dir(int rootfd, const char *path, const char **name, char *cached, int *cache)
+{
+	char dir[PATH_MAX];
+	split_parent(path, dir, sizeof(dir), name);
+	if (*cache >= 0 && strcmp(dir, cached) == 0)
+		return *cache;
+	if (*cache >= 0)
+		close(*cache);
+	*cache = mkdir_all_in_root(rootfd, dir, 0755);
+	CHECK(*cache, "mkdir parent of %s", path);
+	snprintf(cached, PATH_MAX, "%s", dir);
+	return *cache;
+}
+
+/* create_devices is createDevices in a user namespace: each node is
+ * bind-mounted from the host (a user namespace cannot mknod). */
+static void create_devices(int rootfd, const struct plan *pl, char *cached, int *cache)
+{
+	for (int i = 0; i < pl->ndevices; i++) {
+		const char *path = pl->devices[i];
+		if (strcmp(path, "/dev/ptmx") == 0)
+			continue;
+		const char *name;
+		int dfd = in_dir(rootfd, path, &name, cached, cache);
+		int f = openat(dfd, name, O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_RDONLY, 0);
+		CHECK(f, "create device inode %s", path);
+		CHECK(mount(path, procfd(0, f), "bind", MS_BIND, NULL), "bind device %s", path);
+		close(f);
+	}
+}
+
+static void symlink_in_root(int rootfd, const char *target, const char *link, char *cached, int *cache)
+{
+	const char *name;
+	int dfd = in_dir(rootfd, link, &name, cached, cache);
+	if (symlinkat(target, dfd, name) < 0 && errno != EEXIST)
+		child_fail("symlink %s -> %s", link, target);
+}
+
+/* setup_dev is runc's doSetupDev: createDevices, setupPtmx and
+ * setupDevSymlinks. */
+static void setup_dev(int rootfd, const struct plan *pl)
+{
+	char cached[PATH_MAX];
+	int cache = -1;
+	create_devices(rootfd, pl, cached, &cache);
+	const char *name;
+	int dfd = in_dir(rootfd, "/dev/ptmx", &name, cached, &cache);
+	if (unlinkat(dfd, "ptmx", 0) < 0 && errno != ENOENT)
+		child_fail("remove /dev/ptmx");
+	CHECK(symlinkat("pts/ptmx", dfd, "ptmx"), "symlink /dev/ptmx");
+	symlink_in_root(rootfd, "/proc/self/fd", "/dev/fd", cached, &cache);
+	symlink_in_root(rootfd, "/proc/self/fd/0", "/dev/stdin", cached, &cache);
+	symlink_in_root(rootfd, "/proc/self/fd/1", "/dev/stdout", cached, &cache);
+	symlink_in_root(rootfd, "/proc/self/fd/2", "/dev/stderr", cached, &cache);
+	struct stat st;
+	if (stat("/proc/kcore", &st) == 0)
+		symlink_in_root(rootfd, "/proc/kcore", "/dev/core", cached, &cache);
+	if (cache >= 0)
+		close(cache);
+}
+
+/* pivot_to is runc's pivotRoot. */
+static void pivot_to(int rootfd)
+{
+	int oldroot = open("/", O_DIRECTORY | O_RDONLY | O_PATH | O_CLOEXEC);
+	CHECK(oldroot, "open /");
+	CHECK(fchdir(rootfd), "chdir to the root");
+	CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
+	CHECK(fchdir(oldroot), "fchdir to the old root");
+	CHECK(mount("", ".", "", MS_SLAVE | MS_REC, NULL), "make the old root rslave");
+	CHECK(umount2(".", MNT_DETACH), "unmount the old root");
+	CHECK(chdir("/"), "chdir /");
+	close(oldroot);
+}
+
+static int is_dev_null(const struct stat *st)
+{
+	return S_ISCHR(st->st_mode) && st->st_rdev == makedev(1, 3);
+}
+
+/* open_dev_null opens the container's /dev/null and checks that it is one
+ * (runc's verifyDevNull). */
+static int open_dev_null(int flags, const char *what)
+{
+	int fd = open("/dev/null", flags | O_CLOEXEC);
+	CHECK(fd, "%s: open /dev/null", what);
+	struct stat st;
+	CHECK(fstat(fd, &st), "%s: stat /dev/null", what);
+	if (!is_dev_null(&st)) {
+		errno = 0;
+		child_fail("%s: container's /dev/null is invalid", what);
+	}
+	return fd;
+}
+
+/* reopen_dev_null is runc's reOpenDevNull. */
+static void reopen_dev_null(void)
+{
+	int fd = open_dev_null(O_RDWR, "can't reopen /dev/null");
+	for (int i = 0; i < 3; i++) {
+		struct stat s;
+		CHECK(fstat(i, &s), "fstat fd %d", i);
+		if (is_dev_null(&s))
+			CHECK(dup3(fd, i, 0), "dup3 /dev/null to fd %d", i);
+	}
+	close(fd);
+}
+
+/* mkdir_all creates every missing component of an absolute path, after
+ * the pivot (os.MkdirAll). */
+static void mkdir_all(const char *path, mode_t mode)
+{
+	char buf[PATH_MAX];
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(buf, mode) < 0 && errno != EEXIST)
+			child_fail("mkdir %s", buf);
+		*p = '/';
+	}
+	if (mkdir(buf, mode) < 0 && errno != EEXIST)
+		child_fail("mkdir %s", buf);
+}
+
+static void prepare_rootfs(struct plan *pl)
+{
+	rootfs_path = pl->rootfs;
+	prepare_root(pl);
+	int rootfd = open(pl->rootfs, O_DIRECTORY | O_CLOEXEC | O_PATH);
+	CHECK(rootfd, "open rootfs handle");
+	for (int i = 0; i < pl->nmounts; i++)
+		mount_to_rootfs(rootfd, &pl->mounts[i]);
+	if (pl->setupdev)
+		setup_dev(rootfd, pl);
+	CHECK(fchdir(rootfd), "chdir %s", pl->rootfs);
+	pivot_to(rootfd);
+	close(rootfd);
+	if (pl->rootprop != 0 && (pl->rootprop & (MS_PRIVATE | MS_SLAVE)) == 0)
+		CHECK(mount("", "/", "", pl->rootprop, NULL), "apply root propagation flags");
+	if (pl->setupdev)
+		reopen_dev_null();
+	if (pl->cwd && pl->cwd[0])
+		mkdir_all(pl->cwd, 0755);
+}
+
+/* finalize_rootfs is runc's finalizeRootfs. */
+static void finalize_rootfs(const struct plan *pl)
+{
+	for (int i = 0; i < pl->nmounts; i++) {
+		const struct mnt *m = &pl->mounts[i];
+		if (!(m->flags & MS_RDONLY))
+			continue;
+		if (strcmp(m->device, "tmpfs") == 0 || is_dev_dest(m->dest)) {
+			int tries = 0;
+			for (;;) {
+				if (mount("", m->dest, "", m->flags | MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) == 0)
+					break;
+				if (errno != EBUSY || ++tries == 5)
+					child_fail("remount %s read-only", m->dest);
+				usleep(100000);
+			}
+		}
+	}
+	if (pl->readonlyfs) {
+		struct statfs st;
+		CHECK(statfs("/", &st), "statfs /");
+		uint32_t keep = statfs_to_mount_flags(&st) & (MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOSYMFOLLOW);
+		CHECK(mount("", "/", "", keep | MS_BIND | MS_REMOUNT | MS_RDONLY, NULL), "error setting rootfs as readonly");
+	}
+	umask(pl->umask);
+}
+
+/* readonly_path is runc's readonlyPath. */
+static void readonly_path(const char *path)
+{
+	if (mount(path, path, "", MS_BIND | MS_REC, NULL) < 0) {
+		if (errno == ENOENT)
+			return;
+		child_fail("can't make %s read-only", path);
+	}
+	struct statfs st;
+	CHECK(statfs(path, &st), "statfs %s", path);
+	unsigned long flags = st.f_flags & (MS_NOSUID | MS_NODEV | MS_NOEXEC);
+	CHECK(mount(path, path, "", flags | MS_BIND | MS_REMOUNT | MS_RDONLY, NULL), "can't make %s read-only", path);
+}
+
+/* mask_paths is runc's maskPaths: /dev/null over files; a read-only tmpfs
+ * over the first directory, and binds of that one over the others. */
+static void mask_paths(const struct plan *pl)
+{
+	if (pl->nmaskpaths == 0)
+		return;
+	int devnull = open_dev_null(O_PATH, "can't mask paths");
+	int shared = -1;
+	for (int i = 0; i < pl->nmaskpaths; i++) {
+		const char *path = pl->maskpaths[i];
+		int seen = 0;
+		for (int j = 0; j < i; j++)
+			seen |= strcmp(pl->maskpaths[j], path) == 0;
+		int dst = open(path, O_PATH | O_CLOEXEC);
+		if (dst < 0) {
+			if (errno == ENOENT)
+				continue;
+			child_fail("can't mask path %s", path);
+		}
+		if (seen) {
+			close(dst);
+			continue;
+		}
+		struct stat ds;
+		CHECK(fstat(dst, &ds), "can't mask path %s", path);
+		char target[64];
+		snprintf(target, sizeof(target), "/proc/thread-self/fd/%d", dst);
+		if (S_ISDIR(ds.st_mode)) {
+			if (shared >= 0) {
+				char src[64];
+				snprintf(src, sizeof(src), "/proc/thread-self/fd/%d", shared);
+				CHECK(mount(src, target, "", MS_BIND, NULL), "can't mask dir %s", path);
+			} else {
+				if (mount("tmpfs", path, "tmpfs", MS_RDONLY, "nr_blocks=1,nr_inodes=1") < 0)
+					CHECK(mount("tmpfs", path, "tmpfs", MS_RDONLY, "nr_blocks=1,nr_inodes=2"), "can't mask dir %s", path);
+				shared = open(path, O_PATH | O_CLOEXEC);
+				CHECK(shared, "can't reopen shared directory mask %s", path);
+			}
+		} else {
+			char src[64];
+			snprintf(src, sizeof(src), "/proc/thread-self/fd/%d", devnull);
+			CHECK(mount(src, target, "", MS_BIND, NULL), "can't mask path %s", path);
+		}
+		close(dst);
+	}
+	if (shared >= 0)
+		close(shared);
+	close(devnull);
+}
+
+/* ------------------------------------------------------------------ */
+/* The rest of runc's init                                              */
+
+/* join_session_keyring is the start of linuxStandardInit.Init. */
+static void join_session_keyring(const struct plan *pl)
+{
+	long id = syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, pl->keyring);
+	if (id < 0) {
+		if (errno == ENOSYS)
+			return;
+		child_fail("unable to join session keyring");
+	}
+	char desc[512];
+	long n = syscall(SYS_keyctl, KEYCTL_DESCRIBE, id, desc, sizeof(desc) - 1);
+	CHECK(n, "describe session keyring");
+	desc[n < (long)sizeof(desc) ? n : (long)sizeof(desc) - 1] = 0;
+	/* "type;uid;gid;perm;description": the perm is the fourth field. */
+	char *f = desc;
+	for (int i = 0; i < 3 && f; i++) {
+		f = strchr(f, ';');
+		if (f)
+			f++;
+	}
+	if (!f) {
+		errno = 0;
+		child_fail("Destination buffer for key description is too small");
+	}
+	unsigned long perm = strtoul(f, NULL, 16);
+	perm = (perm & 0xffffffffUL) | pl->keyperm;
+	CHECK(syscall(SYS_keyctl, KEYCTL_SETPERM, id, (unsigned long)(uint32_t)perm), "unable to mod keyring permissions");
+}
+
+/* loopback_up is runc's loopback network strategy (netlink LinkSetUp). */
+static void loopback_up(void)
+{
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	CHECK(s, "socket for lo");
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	strcpy(ifr.ifr_name, "lo");
+	CHECK(ioctl(s, SIOCGIFFLAGS, &ifr), "get flags of lo");
+	ifr.ifr_flags |= IFF_UP;
+	CHECK(ioctl(s, SIOCSIFFLAGS, &ifr), "set lo up");
+	close(s);
+}
+
+/* fix_stdio_permissions is runc's fixStdioPermissions. */
+static void fix_stdio_permissions(uid_t uid)
+{
+	for (int fd = 0; fd < 3; fd++) {
+		struct stat st;
+		CHECK(fstat(fd, &st), "fstat stdio fd %d", fd);
+		if (st.st_uid == uid || is_dev_null(&st))
+			continue;
+		if (fchown(fd, uid, -1) < 0) {
+			if (errno == EPERM || errno == EROFS)
+				continue;
+			child_fail("chown stdio fd %d", fd);
+		}
+	}
+}
+
+static int read_file(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t r = read(fd, buf, n - 1);
+	close(fd);
+	if (r < 0)
+		return -1;
+	buf[r] = 0;
+	return 0;
+}
+
+static int last_cap(void)
+{
+	char buf[32];
+	if (read_file("/proc/sys/kernel/cap_last_cap", buf, sizeof(buf)) < 0)
+		return CAP_LAST_CAP;
+	return atoi(buf);
+}
+
+/* finalize_namespace is runc's finalizeNamespace with setupUser, for a
+ * process that gets no capabilities at all. */
+static void finalize_namespace(const struct plan *pl, int nextra)
+{
+	CHECK(syscall(SYS_close_range, 3 + nextra, ~0U, CLOSE_RANGE_CLOEXEC), "error closing exec fds");
+	int chdir_later = 0;
+	if (pl->cwd && pl->cwd[0]) {
+		if (chdir(pl->cwd) < 0) {
+			if (errno != EACCES && errno != EPERM)
+				child_fail("chdir to cwd (\"%s\") set in config.json failed", pl->cwd);
+			chdir_later = 1;
+		}
+	}
+	int last = last_cap();
+	for (int c = 0; c <= last; c++)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+			child_fail("unable to apply bounding set");
+	CHECK(prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "unable to set keep caps");
+	fix_stdio_permissions(pl->uid);
+	char sg[16] = "";
+	if (read_file("/proc/self/setgroups", sg, sizeof(sg)) < 0 && errno != ENOENT)
+		child_fail("read /proc/self/setgroups");
+	if (pl->setgroups && strncmp(sg, "deny", 4) != 0)
+		CHECK(setgroups(0, NULL), "setgroups");
+	if (setgid(pl->gid) < 0) {
+		if (errno == EINVAL)
+			child_fail("cannot setgid to unmapped gid %u in user namespace", pl->gid);
+		child_fail("setgid");
+	}
+	if (setuid(pl->uid) < 0) {
+		if (errno == EINVAL)
+			child_fail("cannot setuid to unmapped uid %u in user namespace", pl->uid);
+		child_fail("setuid");
+	}
+	if (chdir_later)
+		CHECK(chdir(pl->cwd), "chdir to cwd (\"%s\") set in config.json failed", pl->cwd);
+	char wd[PATH_MAX];
+	if (!getcwd(wd, sizeof(wd))) {
+		if (errno == ENOENT) {
+			errno = 0;
+			child_fail("current working directory is outside of container mount namespace root -- possible container breakout detected");
+		}
+		child_fail("failed to verify if current working directory is safe");
+	}
+	if (wd[0] != '/') {
+		errno = 0;
+		child_fail("current working directory is not absolute -- possible container breakout detected: cwd is \"%s\"", wd);
+	}
+	CHECK(prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "unable to clear keep caps");
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct data[2];
+	memset(data, 0, sizeof(data));
+	CHECK(syscall(SYS_capset, &hdr, data), "can't apply capabilities");
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+		child_fail("can't reset ambient capabilities");
+}
+
+/* executable is Go's exec.findExecutable: a file, not a directory, that
+ * this process may execute. */
+static int executable(const char *file)
+{
+	struct stat st;
+	if (stat(file, &st) < 0)
+		return -1;
+	if (S_ISDIR(st.st_mode)) {
+		errno = EISDIR;
+		return -1;
+	}
+	if (faccessat(AT_FDCWD, file, X_OK, AT_EACCESS) < 0)
+		return -1;
+	return 0;
+}
+
+/* look_path is exec.LookPath with the container's PATH; it returns a
+ * malloc'd path or fails the child as runc's create does. */
+static char *look_path(const struct plan *pl)
+{
+	const char *name = pl->argv[0];
+	if (strchr(name, '/')) {
+		if (executable(name) < 0)
+			child_fail("exec: \"%s\"", name);
+		return strdup(name);
+	}
+	const char *path = pl->path ? pl->path : "";
+	const char *p = path;
+	for (;;) {
+		const char *end = strchr(p, ':');
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		char dir[PATH_MAX];
+		if (n == 0)
+			snprintf(dir, sizeof(dir), ".");
+		else
+			snprintf(dir, sizeof(dir), "%.*s", (int)n, p);
+		char full[2 * PATH_MAX + 2];
+		int fl = snprintf(full, sizeof(full), "%s/%s", dir, name);
+		if (fl > 0 && fl < PATH_MAX && executable(full) == 0) {
+			if (full[0] != '/') {
+				errno = 0;
+				child_fail("exec: \"%s\": cannot run executable found relative to current directory", name);
+			}
+			return strdup(full);
+		}
+		if (!end)
+			break;
+		p = end + 1;
+	}
+	errno = 0;
+	child_fail("exec: \"%s\": executable file not found in $PATH", name);
+}
+
+static void load_seccomp(const struct plan *pl)
+{
+	if (!pl->bpf)
+		return;
+	struct sock_fprog prog = {.len = (unsigned short)pl->bpf_len, .filter = (struct sock_filter *)pl->bpf};
+	if (pl->seccomp_flags == 0)
+		CHECK(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0), "error loading seccomp filter into kernel");
+	else
+		CHECK(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, pl->seccomp_flags, &prog), "error loading seccomp filter into kernel");
+}
+
+/* child_main sets up the sandbox and execs the program. fds: the
+ * request's fds (see struct scz_request). It never returns. */
+static void child_main(const struct scz_request *req, int *fds, int nfds, int mapsync)
+{
+	/* Our own fds move out of the way of the program's (0 to 2+nextra),
+	 * close-on-exec: all copies first, then the originals are closed. */
+	int low = 3 + (int)req->nextra;
+	int moved[MAX_FDS + 1];
+	for (int i = 0; i < nfds; i++)
+		if ((moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, low)) < 0)
+			_exit(1);
+	if ((moved[nfds] = fcntl(mapsync, F_DUPFD_CLOEXEC, low)) < 0)
+		_exit(1);
+	for (int i = 0; i < nfds; i++) {
+		close(fds[i]);
+		fds[i] = moved[i];
+	}
+	close(mapsync);
+	mapsync = moved[nfds];
+	child_sync = fds[1];
+	/* The program's stdio and extra files at 0, 1, 2, 3... */
+	for (int i = 0; i < 3 + (int)req->nextra; i++)
+		CHECK(dup3(fds[2 + i], i, 0), "dup3 fd %d", i);
+
+	/* Wait until the zygote has written the id maps (stage-1's SYNC_USERMAP). */
+	char c;
+	if (read(mapsync, &c, 1) != 1)
+		_exit(1);
+	close(mapsync);
+	if (req->clone_flags & CLONE_NEWUSER)
+		CHECK(setresuid(0, 0, 0), "setresuid to root of the user namespace");
+	CHECK(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)");
+
+	struct stat pst;
+	CHECK(fstat(fds[0], &pst), "stat the plan");
+	unsigned char *buf = malloc(pst.st_size ? pst.st_size : 1);
+	if (!buf)
+		child_fail("out of memory");
+	ssize_t got = pread(fds[0], buf, pst.st_size, 0);
+	if (got != pst.st_size)
+		child_fail("read the plan");
+	close(fds[0]);
+	child_sources = fds + 2 + 3 + req->nextra;
+	child_nsources = req->nsources;
+	struct plan pl;
+	parse_plan(&pl, buf, pst.st_size);
+	if (pl.argc == 0 || !pl.rootfs) {
+		errno = 0;
+		child_fail("plan: no program or no root");
+	}
+
+	/* Join the run's cgroup v1 hierarchies (clone3 put it in the v2 one).
+	 * A thread that moves itself ("0" in "tasks") does not take the
+	 * global cgroup_threadgroup_rwsem, whose writers wait for an RCU
+	 * grace period (5-15 ms here): the zygote opened the files as root. */
+	int tasks0 = 2 + 3 + req->nextra + req->nsources;
+	for (uint32_t i = 0; i < req->ntasks; i++) {
+		CHECK(write(fds[tasks0 + i], "0", 1), "join the run's cgroup");
+		close(fds[tasks0 + i]);
+	}
+	if (pl.cgroupns)
+		CHECK(unshare(CLONE_NEWCGROUP), "unshare the cgroup namespace");
+
+	/* nsexec stage-2. */
+	CHECK(setsid(), "setsid");
+	CHECK(setuid(0), "setuid");
+	CHECK(setgid(0), "setgid");
+	if (pl.setgroups0)
+		CHECK(setgroups(0, NULL), "setgroups");
+
+	/* linuxStandardInit.Init */
+	if (pl.keyring)
+		join_session_keyring(&pl);
+	if (pl.loopback)
+		loopback_up();
+	prepare_rootfs(&pl);
+	finalize_rootfs(&pl);
+	if (pl.hostname && pl.hostname[0])
+		CHECK(sethostname(pl.hostname, strlen(pl.hostname)), "sethostname");
+	if (pl.domainname && pl.domainname[0])
+		CHECK(setdomainname(pl.domainname, strlen(pl.domainname)), "setdomainname");
+	for (int i = 0; i < pl.nropaths; i++)
+		readonly_path(pl.ropaths[i]);
+	mask_paths(&pl);
+	if (pl.nnp)
+		CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(SET_NO_NEW_PRIVS)");
+	finalize_namespace(&pl, req->nextra);
+	char *name = look_path(&pl);
+	load_seccomp(&pl);
+
+	/* Ready; wait for the go-ahead (runc's exec fifo). */
+	char ready = SCZ_READY;
+	if (send(child_sync, &ready, 1, MSG_NOSIGNAL) != 1)
+		_exit(1);
+	if (recv(child_sync, &c, 1, 0) != 1 || c != SCZ_GO)
+		_exit(1);
+	/* CVE-2024-21626: nothing but the program's own fds may survive exec. */
+	syscall(SYS_close_range, 3 + req->nextra, ~0U, 0);
+	child_sync = -1;
+	execve(name, pl.argv, pl.envp);
+	int e = errno;
+	char msg[PATH_MAX + 64];
+	const char *s = strerror(e);
+	int n = snprintf(msg, sizeof(msg), "exec %s: %c%s\n", name, s[0] >= 'A' && s[0] <= 'Z' ? s[0] - 'A' + 'a' : s[0], s + 1);
+	if (n > 0)
+		(void)!write(2, msg, n);
+	_exit(255);
+}
+
+/* ------------------------------------------------------------------ */
+/* The zygote                                                           */
+
+static int write_proc(pid_t pid, const char *file, const char *data)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", pid, file);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = write(fd, data, strlen(data));
+	int e = errno;
+	close(fd);
+	errno = e;
+	return n == (ssize_t)strlen(data) ? 0 : -1;
+}
+
+static void reply(int status, pid_t pid, int pidfd, const char *fmt, ...)
+{
+	struct scz_reply r;
+	memset(&r, 0, sizeof(r));
+	r.status = status;
+	r.pid = pid;
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(r.msg, sizeof(r.msg), fmt, ap);
+		va_end(ap);
+	}
+	struct iovec iov = {.iov_base = &r, .iov_len = sizeof(r)};
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (pidfd >= 0) {
+		memset(cbuf, 0, sizeof(cbuf));
+		msg.msg_control = cbuf;
+		msg.msg_controllen = sizeof(cbuf);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &pidfd, sizeof(int));
+	}
+	if (sendmsg(zygote_sock, &msg, MSG_NOSIGNAL) < 0)
+		_exit(0); /* sandcell is gone */
+}
+
+static void serve_one(const struct scz_request *req, int *fds, int nfds)
+{
+	int want = 5 + (int)req->nextra + (int)req->nsources + (int)req->ntasks + (req->cgroup2 ? 1 : 0);
+	if (req->magic != SCZ_MAGIC || req->version != SCZ_VERSION || req->nextra > SCZ_MAX_EXTRA || req->nsources > SCZ_MAX_SOURCES ||
+	    req->ntasks > SCZ_MAX_TASKS || nfds != want ||
+	    (req->clone_flags & ~(uint64_t)(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)) ||
+	    memchr(req->uid_map, 0, SCZ_MAP_LEN) == NULL || memchr(req->gid_map, 0, SCZ_MAP_LEN) == NULL) {
+		reply(EINVAL, 0, -1, "malformed request (%d fds, want %d)", nfds, want);
+		return;
+	}
+	int mapsync[2];
+	if (pipe2(mapsync, O_CLOEXEC) < 0) {
+		reply(errno, 0, -1, "pipe: %s", strerror(errno));
+		return;
+	}
+	int pidfd = -1;
+	struct clone_args ca;
+	memset(&ca, 0, sizeof(ca));
+	ca.flags = req->clone_flags | CLONE_PARENT | CLONE_PIDFD;
+	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+	/* With CLONE_PARENT the child inherits the zygote's own exit signal
+	 * (SIGCHLD, as sandcell started it); clone3 refuses one given here. */
+	ca.exit_signal = 0;
+	if (req->cgroup2) {
+		ca.flags |= CLONE_INTO_CGROUP;
+		ca.cgroup = (uint64_t)fds[nfds - 1];
+	}
+	long pid = syscall(SYS_clone3, &ca, sizeof(ca));
+	if (pid == 0) {
+		close(zygote_sock);
+		zygote_sock = -1;
+		close(mapsync[1]);
+		child_main(req, fds, nfds, mapsync[0]);
+	}
+	int e = errno;
+	close(mapsync[0]);
+	if (pid < 0) {
+		close(mapsync[1]);
+		reply(e, 0, -1, "clone3: %s", strerror(e));
+		return;
+	}
+	/* From outside, as runc's stage-0 and parent do: the id maps,
+	 * oom_score_adj (a user namespace cannot lower it) and the CPU
+	 * affinity (tryResetCPUAffinity). sandcell sets the rlimits once the
+	 * child is ready, as runc's parent does at procReady. */
+	const char *fail = NULL;
+	if (req->clone_flags & CLONE_NEWUSER) {
+		if (req->setgroups_deny && write_proc(pid, "setgroups", "deny") < 0)
+			fail = "write setgroups";
+		else if (write_proc(pid, "uid_map", req->uid_map) < 0)
+			fail = "write uid_map";
+		else if (write_proc(pid, "gid_map", req->gid_map) < 0)
+			fail = "write gid_map";
+	}
+	if (!fail && req->oom_score_adj_set) {
+		char v[16];
+		snprintf(v, sizeof(v), "%d", req->oom_score_adj);
+		if (write_proc(pid, "oom_score_adj", v) < 0)
+			fail = "write oom_score_adj";
+	}
+	if (!fail) {
+		static unsigned char all[64 * 1024 / 8];
+		memset(all, 0xff, sizeof(all));
+		(void)syscall(SYS_sched_setaffinity, pid, sizeof(all), all);
+	}
+	if (fail) {
+		e = errno;
+		syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+		close(mapsync[1]);
+		reply(e ? e : EIO, pid, pidfd, "%s: %s", fail, strerror(e));
+		close(pidfd);
+		return;
+	}
+	(void)!write(mapsync[1], "1", 1);
+	close(mapsync[1]);
+	reply(0, pid, pidfd, NULL);
+	close(pidfd);
+}
+
+static void zygote_loop(int sock)
+{
+	zygote_sock = sock;
+	/* Gone with sandcell: the socket's end also ends the loop. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	prctl(PR_SET_NAME, (unsigned long)"sandcell-zygote", 0, 0, 0);
+	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+	for (;;) {
+		struct scz_request req;
+		char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+		struct iovec iov = {.iov_base = &req, .iov_len = sizeof(req)};
+		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+		ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+		if (n == 0)
+			_exit(0);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(1);
+		}
+		int fds[MAX_FDS];
+		int nfds = 0;
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			int k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (int i = 0; i < k && nfds < MAX_FDS; i++)
+				memcpy(&fds[nfds++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+		}
+		if (n != sizeof(req) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+			reply(EINVAL, 0, -1, "short or truncated request");
+		else
+			serve_one(&req, fds, nfds);
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+	}
+}
+
+__attribute__((constructor)) static void scz_main(void)
+{
+	const char *v = getenv(SCZ_ENV);
+	if (!v)
+		return;
+	char *end;
+	long fd = strtol(v, &end, 10);
+	if (*end || fd < 3 || fd > 1 << 20)
+		_exit(2);
+	zygote_loop((int)fd);
+}
