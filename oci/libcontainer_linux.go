@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cyphar/filepath-securejoin/pathrs-lite/procfs"
 	// The device cgroup rules (deny all but null, zero, full, random,
 	// urandom, tty) need the devices manager registered.
 	_ "github.com/opencontainers/cgroups/devices"
@@ -98,6 +99,17 @@ func NewLibcontainer(cfg LibcontainerConfig) (*Libcontainer, error) {
 		return nil, fmt.Errorf("%w: a seccomp filter is required", ErrRuntime)
 	}
 	routeLogrus(cfg.Logger)
+	// libcontainer resolves /proc paths through a private procfs mount
+	// that filepath-securejoin opens on first use and keeps for the
+	// process's life (an O_PATH fd of a detached mount). Opened here, it
+	// is a fixed cost of the instance, not an fd that appears in the
+	// middle of its life: with the fork server a server's first
+	// libcontainer start (a kernel) can come hours after it started, and
+	// the host-posture checks count the server's fds. Failure is not
+	// ours to report: libcontainer then falls back to /proc itself.
+	if proc, err := procfs.OpenProcRoot(); err == nil {
+		_ = proc.Close() // the cached handle ignores Close
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
