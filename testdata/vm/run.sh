@@ -17,7 +17,7 @@
 #                        ${XDG_CACHE_HOME:-~/.cache}/sandcell-vm
 #   $SANDCELL_VM_KERNEL  kernel package, default linux-image-6.1.0-57-amd64
 #                        (the newest linux-image-6.1.0-N-amd64 if apt lacks it)
-#   $SANDCELL_VM_TIMEOUT hard limit on the VM in seconds, default 600
+#   $SANDCELL_VM_TIMEOUT hard limit on the VM in seconds, default 1500
 #   $SANDCELL_LAYER_DIR  sandcell home holding the layer store, default /var/lib/sandcell
 #   $SANDCELL_VM_RUN / $SANDCELL_VM_SKIP override the guest's oci test
 #                        selection (see guest/tests.sh)
@@ -29,7 +29,7 @@ export PATH="$PATH:/usr/local/go/bin"
 GO=${GO:-go}
 LAYER_DIR=${SANDCELL_LAYER_DIR:-/var/lib/sandcell}
 KERNEL_PKG=${SANDCELL_VM_KERNEL:-linux-image-6.1.0-57-amd64}
-VM_TIMEOUT=${SANDCELL_VM_TIMEOUT:-600}
+VM_TIMEOUT=${SANDCELL_VM_TIMEOUT:-1500}
 if [ "$(id -u)" = 0 ]; then
 	cache=${SANDCELL_VM_CACHE:-/var/cache/sandcell-vm}
 else

@@ -191,7 +191,7 @@ oci_run() {
 
 oci_tests() {
 	OCI_RUN=$(cd /src/oci && oci_run)
-	gotest /src/oci /vmbin/oci.test -test.short -test.timeout=9m -test.run "$OCI_RUN" -test.skip "$OCI_SKIP"
+	gotest /src/oci /vmbin/oci.test -test.short -test.timeout=20m -test.run "$OCI_RUN" -test.skip "$OCI_SKIP"
 }
 
 leftovers() {
