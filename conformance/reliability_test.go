@@ -775,7 +775,10 @@ func cgroupChildren(parent string) []string {
 }
 
 // mountsBelow lists the mount points strictly below dir in this process's
-// mount table.
+// mount table, but for the state tmpfs of a live server instance (a mount
+// on dir/<instance> whose lock a running server holds): where the state
+// dir is not on a tmpfs, each instance mounts one of its own (issue #18),
+// and it goes with the instance. A dead instance's is listed.
 func mountsBelow(t *testing.T, dir string) []string {
 	t.Helper()
 	f, err := os.Open("/proc/self/mountinfo")
@@ -789,12 +792,26 @@ func mountsBelow(t *testing.T, dir string) []string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if fields := strings.Fields(sc.Text()); len(fields) > 4 {
-			if p := unescape.Replace(fields[4]); strings.HasPrefix(p, prefix) {
+			if p := unescape.Replace(fields[4]); strings.HasPrefix(p, prefix) && !liveInstanceFS(dir, p) {
 				out = append(out, p)
 			}
 		}
 	}
 	return out
+}
+
+// liveInstanceFS says whether mountpoint is the state tmpfs of a live
+// instance of state dir dir: one level below it, with its lock held.
+func liveInstanceFS(dir, mountpoint string) bool {
+	if filepath.Dir(mountpoint) != filepath.Clean(dir) {
+		return false
+	}
+	f, err := os.Open(filepath.Join(mountpoint, "lock"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
 }
 
 // stateEntries lists the state dir: one directory per server instance.
