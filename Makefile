@@ -23,9 +23,8 @@ SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-# go vet, every package; wasm's without the stdmethods check: wazero's
-# sys.File interface it implements has Seek(int64, int) (int64, Errno).
-VET = $(GO) vet -tags '$(TAGS)' $$($(GO) list ./... | grep -v '/wasm$$') && $(GO) vet -tags '$(TAGS)' -stdmethods=false ./wasm
+# go vet, every package, every check.
+VET = $(GO) vet -tags '$(TAGS)' ./...
 
 .PHONY: help deps build layers run test root-test unit bench lint golden clean rootless-user install deb
 

@@ -195,3 +195,32 @@ func TestSpecialFilesAreNotOpened(t *testing.T) {
 }
 
 func syscallMkfifo(p string) error { return unix.Mkfifo(p, 0o644) }
+
+// TestSeek: a module's lseek reaches the file (fd_seek calls sys.File's
+// Seek, which the file gets from fileBase, not wazero's ENOSYS one).
+func TestSeek(t *testing.T) {
+	d, _ := newTestFS(t, 1<<20, 100, 0, 16)
+	f, e := d.OpenFile("s", experimentalsys.O_RDWR|experimentalsys.O_CREAT, 0o644)
+	if e != 0 {
+		t.Fatalf("open: %v", e)
+	}
+	defer f.Close()
+	if _, e := f.Write([]byte("0123456789")); e != 0 {
+		t.Fatalf("write: %v", e)
+	}
+	for _, c := range []struct {
+		off    int64
+		whence int
+		want   int64
+		read   string
+	}{{3, 0, 3, "345"}, {-2, 2, 8, "89"}, {-4, 1, 6, "67"}} {
+		n, e := f.Seek(c.off, c.whence)
+		if e != 0 || n != c.want {
+			t.Fatalf("Seek(%d, %d) = %d, %v; want %d", c.off, c.whence, n, e, c.want)
+		}
+		buf := make([]byte, len(c.read))
+		if k, e := f.Read(buf); e != 0 || string(buf[:k]) != c.read {
+			t.Errorf("after Seek(%d, %d): read %q, %v; want %q", c.off, c.whence, buf[:k], e, c.read)
+		}
+	}
+}
