@@ -25,9 +25,12 @@ func configCommand(_ *flag.FlagSet, env *cliEnv) func(context.Context, []string)
 				probe.cfg = config.Default()
 				probe.global = flag.NewFlagSet("sandcell", flag.ContinueOnError)
 				probe.cfg.AddFlags(probe.global)
-				sets := configurable(&probe)
+				serve := flag.NewFlagSet("serve", flag.ContinueOnError)
+				var sc config.Serve
+				sc.AddFlags(serve)
+				sets := []*flag.FlagSet{probe.global, serve}
 				if err = f.Apply(sets, sets, nil); err == nil {
-					err = probe.cfg.Validate()
+					err = errors.Join(probe.cfg.Validate(), sc.Validate())
 				}
 			}
 			if err != nil {

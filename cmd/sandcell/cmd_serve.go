@@ -40,8 +40,8 @@ func serveCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string)
 		if !env.noArgs("serve", args) {
 			return 2
 		}
-		if sc.DrainTimeout < 0 {
-			return env.usageError("serve", "--drain-timeout %s is negative", sc.DrainTimeout)
+		if err := sc.Validate(); err != nil {
+			return env.usageError("serve", "%v", err)
 		}
 		return serve(ctx, env, sc)
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"flag"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -39,6 +40,16 @@ func (s *Serve) AddFlags(fs *flag.FlagSet) {
 	fs.Var(&listValue{p: &s.AllowOrigins}, "allow-origin", "browser Origin allowed on HTTP besides loopback ones (repeatable; * for any)")
 	fs.DurationVar(&s.DrainTimeout, "drain-timeout", s.DrainTimeout, "on SIGTERM/SIGINT, first drain for at most this long: /readyz turns 503, new sessions are refused, requests in flight finish (0: cancel them at once)")
 	fs.Var(&listValue{p: &s.Prebuild, split: true}, "prebuild", "LANG,...: build these languages' layers before accepting calls (repeatable)")
+}
+
+// Validate checks what the flag types alone do not: a negative drain.
+// serve and `config check` both call it, so a file is refused where a
+// flag would be.
+func (s *Serve) Validate() error {
+	if s.DrainTimeout < 0 {
+		return fmt.Errorf("--drain-timeout %s is negative", s.DrainTimeout)
+	}
+	return nil
 }
 
 // splitList splits a comma-separated flag value.
