@@ -25,6 +25,8 @@ func Init() {
 		libcontainer.Init()
 	case holdArg:
 		hold()
+	case gvHoldArg:
+		gvHold()
 	case seccompBPFArg:
 		seccompCaptureMain()
 	}

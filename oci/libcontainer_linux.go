@@ -393,6 +393,16 @@ func (c *lcContainer) fill(ctx context.Context, fh *fillHelper, req *Request) er
 	return c.run.fill(ctx, fh, req, uid, gid, target)
 }
 
+// fillWork fills /work for a request bound to a pooled container.
+func (c *lcContainer) fillWork(ctx context.Context, req *Request) error {
+	uid, gid := c.rt.SandboxIDs()
+	fh, err := c.startFill(req, uid, gid, c.rt.cfg.Cgroups != nil)
+	if err != nil {
+		return err
+	}
+	return c.fill(ctx, fh, req)
+}
+
 // fillTarget is the memory cgroup of run id, for the fill helper.
 func (r *Libcontainer) fillTarget(id string) *cgroupTarget {
 	dir := r.cfg.Cgroups.MemoryDir(id)

@@ -153,6 +153,9 @@ const (
 	// request's argv exactly, blocked opening its script, a FIFO in /work
 	// (see PoolConfig.Scripts).
 	kindScript
+	// kindCreated: a gVisor sandbox created with the request's own spec
+	// (`runsc create`), started at Start; nothing of the program ran.
+	kindCreated
 )
 
 func (k poolKind) String() string {
@@ -161,6 +164,8 @@ func (k poolKind) String() string {
 		return "prepared"
 	case kindScript:
 		return "interpreter"
+	case kindCreated:
+		return "created"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }

@@ -47,9 +47,12 @@ type PoolConfig struct {
 // DefaultPoolIdle is PoolConfig.Idle's default.
 const DefaultPoolIdle = 60 * time.Second
 
-// Pool is a Runtime that hands out containers of a Libcontainer prepared
-// ahead of their requests: created, init started, namespaces, mounts,
-// cgroup, rlimits and seccomp in place. Each is used once and destroyed.
+// Pool is a Runtime that hands out containers prepared ahead of their
+// requests, each used once and destroyed. Over a Libcontainer (NewPool):
+// created, init started, namespaces, mounts, cgroup, rlimits and seccomp in
+// place. Over a Runsc (NewGVisorPool): a gVisor sandbox created by `runsc
+// create` (sentry and gofer booted, in the run's cgroup), started on
+// request (see Runsc's prepare).
 //
 // A container is prepared for a key: everything fixed when a container
 // is prepared (root, environment, working directory, limits, /work size,
@@ -62,10 +65,11 @@ const DefaultPoolIdle = 60 * time.Second
 // callback, Collect, the workspace) are given to the container when the
 // request takes it.
 //
-// Pooled containers are ordinary containers of the Libcontainer: its
-// Close and, after a crash, the next start's Recover remove them.
+// Pooled containers are ordinary containers of the Libcontainer (a
+// Runsc shares its Libcontainer's instance): its Close and, after a crash,
+// the next start's Recover remove them.
 type Pool struct {
-	rt   *Libcontainer
+	be   poolBackend
 	cfg  PoolConfig
 	log  *slog.Logger
 	tick time.Duration
@@ -97,15 +101,53 @@ type poolEntry struct {
 	kind      poolKind
 	tmpl      Request // what the key's containers are prepared with
 	script    string  // kindScript: the program's name in /work
-	idle      []*lcContainer
+	idle      []poolMember
 	preparing int
 	added     chan struct{} // closed (and replaced) when a container is added or a preparation ends
 	demand    demand
 	retry     time.Time // after a failed preparation, none before this
 }
 
+// poolBackend is what a Pool prepares its containers with.
+type poolBackend interface {
+	// prepareFresh prepares a container for a validated req now, as the
+	// runtime does without a pool.
+	prepareFresh(ctx context.Context, req *Request) (poolMember, error)
+	// prepareAhead prepares a container for e's key (e.tmpl), to wait in
+	// the pool.
+	prepareAhead(ctx context.Context, e *poolEntry) (poolMember, error)
+	// classify says whether the pool can serve req identically to a fresh
+	// run, under which key, with e a new entry for the key.
+	classify(cfg *PoolConfig, req *Request) (key string, e *poolEntry, ok bool)
+	// bind gives an idle container of e its request.
+	bind(c poolMember, e *poolEntry, req *Request) error
+}
+
+// poolMember is a container a Pool holds: a container of its backend.
+type poolMember interface {
+	Container
+	// base is the container's run (its streams, /work, exit).
+	base() *run
+	// fillWork writes a bound request's files and workspace into /work.
+	fillWork(ctx context.Context, req *Request) error
+}
+
 // NewPool starts a pool over rt. Close it before rt.
 func NewPool(rt *Libcontainer, cfg PoolConfig) *Pool {
+	return newPool(lcPool{rt}, cfg)
+}
+
+// NewGVisorPool starts a pool of gVisor sandboxes over g: each is created
+// ahead (`runsc create`, the costly part of a gVisor run: the sentry's and
+// gofer's boot) and started when its request comes. Only runs in a cgroup
+// are pooled (a rootless server without a delegated subtree runs every
+// request fresh): the cgroup is what ends an idle sandbox whose holder is
+// gone. Close it before g's Libcontainer.
+func NewGVisorPool(g *Runsc, cfg PoolConfig) *Pool {
+	return newPool(gvPool{g}, cfg)
+}
+
+func newPool(be poolBackend, cfg PoolConfig) *Pool {
 	if cfg.Idle <= 0 {
 		cfg.Idle = DefaultPoolIdle
 	}
@@ -114,7 +156,7 @@ func NewPool(rt *Libcontainer, cfg PoolConfig) *Pool {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pool{rt: rt, cfg: cfg, log: log, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
+	p := &Pool{be: be, cfg: cfg, log: log, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
 		keys: map[string]*poolEntry{}, tick: min(max(cfg.Idle/4, 10*time.Millisecond), 250*time.Millisecond)}
 	if cfg.Size > 0 {
 		p.bg.Add(1)
@@ -147,7 +189,7 @@ func (p *Pool) IdleFor(req *Request) int {
 	if req.Validate() != nil {
 		return 0
 	}
-	key, _, ok := p.classify(req)
+	key, _, ok := p.be.classify(&p.cfg, req)
 	if !ok {
 		return 0
 	}
@@ -169,7 +211,7 @@ func (p *Pool) Close() error {
 		return nil
 	}
 	p.closed = true
-	var idle []*lcContainer
+	var idle []poolMember
 	for _, e := range p.keys {
 		idle = append(idle, e.idle...)
 		e.idle = nil
@@ -193,15 +235,15 @@ func (p *Pool) Prepare(ctx context.Context, req *Request) (Container, error) {
 		return nil, err
 	}
 	if p.cfg.Size <= 0 {
-		return p.rt.prepareValid(ctx, req)
+		return p.prepareOther(ctx, req)
 	}
-	key, e, ok := p.classify(req)
+	key, e, ok := p.be.classify(&p.cfg, req)
 	now := time.Now()
 	p.mu.Lock()
 	if !ok || p.closed {
 		p.stats.Other++
 		p.mu.Unlock()
-		return p.rt.prepareValid(ctx, req)
+		return p.prepareOther(ctx, req)
 	}
 	if old := p.keys[key]; old != nil {
 		e = old
@@ -224,7 +266,7 @@ func (p *Pool) Prepare(ctx context.Context, req *Request) (Container, error) {
 		if c == nil {
 			break
 		}
-		if err := p.bind(c, e, req); err != nil {
+		if err := p.be.bind(c, e, req); err != nil {
 			p.destroy(c)
 			if errors.Is(err, errStale) {
 				continue
@@ -234,7 +276,7 @@ func (p *Pool) Prepare(ctx context.Context, req *Request) (Container, error) {
 		}
 		return p.handOut(c, release), nil
 	}
-	c, err := p.rt.prepare(ctx, req, nil)
+	c, err := p.be.prepareFresh(ctx, req)
 	p.mu.Lock()
 	p.fresh--
 	p.mu.Unlock()
@@ -246,18 +288,28 @@ func (p *Pool) Prepare(ctx context.Context, req *Request) (Container, error) {
 	return p.handOut(c, release), nil
 }
 
+// prepareOther prepares a request the pool does not serve, as its backend
+// does without a pool.
+func (p *Pool) prepareOther(ctx context.Context, req *Request) (Container, error) {
+	c, err := p.be.prepareFresh(ctx, req)
+	if err != nil {
+		return nil, err // not a nil poolMember in a non-nil Container
+	}
+	return c, nil
+}
+
 // handOut wraps a container given to a request; it counts as running
 // until it is destroyed.
-func (p *Pool) handOut(c *lcContainer, release func()) *pooled {
+func (p *Pool) handOut(c poolMember, release func()) *pooled {
 	p.mu.Lock()
 	p.running++
 	p.mu.Unlock()
-	return &pooled{lcContainer: c, pool: p, release: release}
+	return &pooled{poolMember: c, pool: p, release: release}
 }
 
 // take returns an idle container of e, waiting for one being prepared;
 // nil (and the request counted as preparing its own) when there is none.
-func (p *Pool) take(ctx context.Context, e *poolEntry) (*lcContainer, error) {
+func (p *Pool) take(ctx context.Context, e *poolEntry) (poolMember, error) {
 	for {
 		p.mu.Lock()
 		if n := len(e.idle); n > 0 {
@@ -299,7 +351,7 @@ func (p *Pool) kick() {
 
 // destroy destroys a container the pool holds, in the background unless
 // the pool is closed.
-func (p *Pool) destroy(c *lcContainer) {
+func (p *Pool) destroy(c poolMember) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -339,7 +391,7 @@ func (p *Pool) refill() {
 // be more to do).
 func (p *Pool) step() bool {
 	now := time.Now()
-	var surplus []*lcContainer
+	var surplus []poolMember
 	var want *poolEntry
 	p.mu.Lock()
 	for k, e := range p.keys {
@@ -370,7 +422,7 @@ func (p *Pool) step() bool {
 	if want == nil {
 		return false
 	}
-	c, err := p.rt.prepare(p.ctx, &want.tmpl, &prestart{kind: want.kind, script: want.script})
+	c, err := p.be.prepareAhead(p.ctx, want)
 	p.mu.Lock()
 	want.preparing--
 	close(want.added)
@@ -399,8 +451,71 @@ func (p *Pool) step() bool {
 	return true
 }
 
-// classify says whether the pool can serve req identically to a fresh run
-// and under which key; e is a new entry for the key.
+// pooledAlone says whether req must run fresh whatever the backend:
+// network mode egress and dependency mounts are set up at prepare time,
+// for one request, and so is a stream for stdin (rare: an interactive
+// client).
+func pooledAlone(req *Request) bool {
+	return req.Egress != "" || len(req.Mounts) > 0 || req.StdinStream != nil
+}
+
+// template fills e.tmpl and returns e's key: everything of req fixed when
+// a container is prepared (root, environment, working directory, limits,
+// /work's size, whether there is standard input), and args, the argv the
+// container is prepared with, when it is part of the key (nil: the
+// program's argv comes at Start).
+func (e *poolEntry) template(req *Request, prepared []string, args []string) string {
+	e.tmpl = Request{Root: req.Root, Env: slices.Clone(req.Env), Cwd: req.Cwd, Limits: req.Limits, WorkBytes: req.WorkBytes,
+		Args: slices.Clone(prepared)}
+	if req.Stdin != nil {
+		e.tmpl.Stdin = []byte{}
+	}
+	var k strings.Builder
+	fmt.Fprintf(&k, "%d\x00%s\x00%s\x00%s\x00%#v\x00%d\x00%t\x00", e.kind, req.Root, strings.Join(req.Env, "\x01"), req.Cwd, req.Limits, req.WorkBytes, req.Stdin != nil)
+	k.WriteString(strings.Join(args, "\x01"))
+	return k.String()
+}
+
+// bindRun gives a pooled container's run its request: /work's files
+// (files, the request's own unless the backend moved one) and workspace,
+// standard input, the output callback and Collect; its output is read
+// from now on.
+func bindRun(c poolMember, req *Request, files []api.File) error {
+	r := c.base()
+	select {
+	case <-r.exited:
+		return errStale
+	default:
+	}
+	if err := c.fillWork(context.Background(), &Request{Workspace: req.Workspace, Files: files}); err != nil {
+		return err
+	}
+	r.collect, r.workspace, r.onOutput, r.stdin = req.Collect, req.Workspace, req.OnOutput, req.Stdin
+	r.capture()
+	return nil
+}
+
+// lcPool is a Pool's backend over libcontainer: a container's init waits
+// for its program, a launcher or a pre-started interpreter (prestart).
+type lcPool struct{ rt *Libcontainer }
+
+func (b lcPool) prepareFresh(ctx context.Context, req *Request) (poolMember, error) {
+	c, err := b.rt.prepare(ctx, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (b lcPool) prepareAhead(ctx context.Context, e *poolEntry) (poolMember, error) {
+	c, err := b.rt.prepare(ctx, &e.tmpl, &prestart{kind: e.kind, script: e.script})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// classify: over libcontainer, a request is served by
 //   - A pre-started interpreter (kindScript): req.Args is one of
 //     PoolConfig.Scripts exactly, its program /work/NAME is one of
 //     req.Files, and there is no workspace (a session's /work is filled
@@ -415,15 +530,12 @@ func (p *Pool) step() bool {
 //     is (see launcherEnv).
 //
 // Anything else runs fresh.
-func (p *Pool) classify(req *Request) (string, *poolEntry, bool) {
-	// Network mode egress and dependency mounts are set up at prepare
-	// time, for one request: such a run is always fresh. So is one with
-	// a stream for stdin (rare: an interactive client).
-	if req.Egress != "" || len(req.Mounts) > 0 || req.StdinStream != nil {
+func (b lcPool) classify(cfg *PoolConfig, req *Request) (string, *poolEntry, bool) {
+	if pooledAlone(req) {
 		return "", nil, false
 	}
 	e := &poolEntry{added: make(chan struct{})}
-	for _, s := range p.cfg.Scripts {
+	for _, s := range cfg.Scripts {
 		name, ok := strings.CutPrefix(s[len(s)-1], workDir+"/")
 		if !ok || name == "" || strings.Contains(name, "/") || !slices.Equal(req.Args, s) || req.Workspace != nil ||
 			!slices.ContainsFunc(req.Files, func(f api.File) bool { return f.Path == name }) ||
@@ -443,20 +555,10 @@ func (p *Pool) classify(req *Request) (string, *poolEntry, bool) {
 		}
 		e.kind = kindLauncher
 	}
-	e.tmpl = Request{Root: req.Root, Env: slices.Clone(req.Env), Cwd: req.Cwd, Limits: req.Limits, WorkBytes: req.WorkBytes}
-	if req.Stdin != nil {
-		e.tmpl.Stdin = []byte{}
-	}
-	e.tmpl.Args = []string{busybox}
 	if e.kind == kindScript {
-		e.tmpl.Args = slices.Clone(req.Args)
+		return e.template(req, req.Args, req.Args), e, true
 	}
-	var k strings.Builder
-	fmt.Fprintf(&k, "%d\x00%s\x00%s\x00%s\x00%#v\x00%d\x00%t\x00", e.kind, req.Root, strings.Join(req.Env, "\x01"), req.Cwd, req.Limits, req.WorkBytes, req.Stdin != nil)
-	if e.kind == kindScript {
-		k.WriteString(strings.Join(req.Args, "\x01"))
-	}
-	return k.String(), e, true
+	return e.template(req, []string{busybox}, nil), e, true
 }
 
 // busybox is the base layer's static busybox, which every root has.
@@ -477,28 +579,24 @@ func executableIn(root, name string) bool {
 // bind gives a pooled container its request: /work's files and
 // workspace, standard input, the output callback, Collect, and what to
 // start (the launcher's command line, or the interpreter's script).
-func (p *Pool) bind(c *lcContainer, e *poolEntry, req *Request) error {
-	select {
-	case <-c.exited:
-		return errStale
-	default:
-	}
+func (b lcPool) bind(m poolMember, e *poolEntry, req *Request) error {
+	c := m.(*lcContainer)
 	files := req.Files
 	if e.kind == kindScript {
 		files = slices.Clone(req.Files)
 		i := slices.IndexFunc(files, func(f api.File) bool { return f.Path == e.script })
 		// The program is written beside its FIFO under a name no
 		// request file has, and renamed over the FIFO at Start.
-		tmp := ".sandcell-" + strconv.FormatUint(p.rt.seq.Add(1), 36) + "-" + e.script
+		tmp := ".sandcell-" + strconv.FormatUint(b.rt.seq.Add(1), 36) + "-" + e.script
 		for slices.ContainsFunc(files, func(f api.File) bool { return f.Path == tmp }) {
 			tmp = "." + tmp
 		}
 		files[i].Path = tmp
 		c.pre.tmp, c.pre.src = tmp, files[i].Data
 	} else {
-		host := Host{WorkDir: c.work, UIDBase: p.rt.cfg.UIDBase, Seccomp: p.rt.cfg.Seccomp, SingleID: p.rt.cfg.SingleID}
-		if p.rt.cfg.Cgroups != nil {
-			host.CgroupsPath = p.rt.cfg.Cgroups.ChildPath(c.id)
+		host := Host{WorkDir: c.work, UIDBase: b.rt.cfg.UIDBase, Seccomp: b.rt.cfg.Seccomp, SingleID: b.rt.cfg.SingleID}
+		if b.rt.cfg.Cgroups != nil {
+			host.CgroupsPath = b.rt.cfg.Cgroups.ChildPath(c.id)
 		}
 		spec, err := buildSpec(req, host)
 		if err != nil {
@@ -512,25 +610,14 @@ func (p *Pool) bind(c *lcContainer, e *poolEntry, req *Request) error {
 		}
 		c.pre.line = line
 	}
-	fillReq := &Request{Workspace: req.Workspace, Files: files}
-	uid, gid := p.rt.SandboxIDs()
-	fh, err := c.startFill(fillReq, uid, gid, p.rt.cfg.Cgroups != nil)
-	if err != nil {
-		return err
-	}
-	if err := c.fill(context.Background(), fh, fillReq); err != nil {
-		return err
-	}
-	c.collect, c.workspace, c.onOutput, c.stdin = req.Collect, req.Workspace, req.OnOutput, req.Stdin
-	c.capture()
-	return nil
+	return bindRun(c, req, files)
 }
 
 // pooled is a container handed out by a Pool: it counts the key's demand
 // and, once its program is gone, is destroyed in the background, so that
 // a caller's Destroy (after the result) costs nothing.
 type pooled struct {
-	*lcContainer
+	poolMember
 	pool    *Pool
 	release func()
 
@@ -546,12 +633,13 @@ func (w *pooled) Destroy() error {
 		w.pool.mu.Unlock()
 		w.pool.kick()
 		select {
-		case <-w.exited:
-			// Nothing of the run is alive (the program was init of its
-			// pid namespace): what is left is teardown.
-			w.pool.destroy(w.lcContainer)
+		case <-w.base().exited:
+			// The program is gone (init of its pid namespace; a gVisor
+			// run's sandbox, whose settle ran in Wait): what is left is
+			// teardown.
+			w.pool.destroy(w.poolMember)
 		default:
-			w.err = w.lcContainer.Destroy()
+			w.err = w.poolMember.Destroy()
 		}
 	})
 	return w.err

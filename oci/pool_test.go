@@ -19,6 +19,7 @@ import (
 	"github.com/sandcell/sandcell/internal/testutil"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/seccomp"
 )
 
 // identityProbe prints, as JSON, what a Python program can observe of how
@@ -66,6 +67,14 @@ def work():
         st = os.lstat('/work/' + n)
         out[n] = [oct(st.st_mode), st.st_uid, st.st_gid, st.st_size, st.st_nlink]
     return out
+def rd(path, mode='r'):
+    # gVisor's /proc lacks some files (limits): they report as missing.
+    try:
+        with open(path, mode) as f:
+            data = f.read()
+        return data.decode() if mode == 'rb' else data
+    except OSError as e:
+        return 'error %d' % e.errno
 umask = os.umask(0); os.umask(umask)
 loader = m.__loader__
 fields = {
@@ -77,10 +86,10 @@ fields = {
     'builtins': repr(m.__builtins__), 'loader': [type(loader).__name__, loader.name, loader.path],
     'path_importer_cache': sorted(sys.path_importer_cache),
     'stack_depth': len(__import__('traceback').extract_stack()),
-    'cwd': os.getcwd(), 'environ': open('/proc/self/environ', 'rb').read().decode(),
-    'cmdline': open('/proc/self/cmdline', 'rb').read().decode(), 'exe': os.readlink('/proc/self/exe'),
-    'comm': open('/proc/self/comm').read(), 'cgroup': open('/proc/self/cgroup').read(),
-    'limits': open('/proc/self/limits').read(), 'status': status(), 'fds': fds(), 'mounts': mounts(),
+    'cwd': os.getcwd(), 'environ': rd('/proc/self/environ', 'rb'),
+    'cmdline': rd('/proc/self/cmdline', 'rb'), 'exe': os.readlink('/proc/self/exe'),
+    'comm': rd('/proc/self/comm'), 'cgroup': rd('/proc/self/cgroup'),
+    'limits': rd('/proc/self/limits'), 'status': status(), 'fds': fds(), 'mounts': mounts(),
     'pid': os.getpid(), 'ppid': os.getppid(), 'pgid': os.getpgid(0), 'sid': os.getsid(0),
     'uid': [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getgroups()],
     'umask': umask, 'priority': os.getpriority(os.PRIO_PROCESS, 0), 'affinity': sorted(os.sched_getaffinity(0)),
@@ -170,16 +179,25 @@ func TestPoolIdentity(t *testing.T) {
 
 func testPoolIdentity(t *testing.T, fork bool) {
 	e, p := newPoolEnvOn(t, oci.PoolConfig{Size: 2}, fork)
-	cases := []struct {
-		name  string
-		args  []string
-		stdin []byte
-	}{
+	checkPoolIdentity(t, p, e.rt, []identityCase{
 		{name: "interpreter"},
 		{name: "interpreter-stdin", stdin: []byte("input\n")},
 		{name: "prepared-args", args: []string{"a b", "it's", "two\nlines", ""}},
 		{name: "prepared-stdin", args: []string{"x"}, stdin: []byte("more input")},
-	}
+	})
+}
+
+// identityCase is a run of identityProbe with arguments and stdin.
+type identityCase struct {
+	name  string
+	args  []string
+	stdin []byte
+}
+
+// checkPoolIdentity runs each case pooled (through p, once the pool holds
+// a container of its key) and fresh (through fresh) and compares what the
+// probe saw (compareProbes, with normalize).
+func checkPoolIdentity(t *testing.T, p *oci.Pool, fresh oci.Runtime, cases []identityCase, normalize ...func(map[string]any)) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			mk := func() *oci.Request {
@@ -190,48 +208,59 @@ func testPoolIdentity(t *testing.T, fork bool) {
 			}
 			warm(t, p, mk)
 			pooled := runHit(t, p, mk())
-			fresh, err := oci.Run(context.Background(), e.rt, mk())
+			f, err := oci.Run(context.Background(), fresh, mk())
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, r := range []api.Phase{fresh, pooled} {
-				if r.Status != api.StatusOK {
-					t.Fatalf("probe: status %s, stderr %s", r.Status, r.Stderr)
-				}
-			}
-			if os.Getenv("POOL_DEBUG") != "" {
-				t.Logf("pooled:\n%s", pooled.Stdout)
-			}
-			var fm, pm map[string]any
-			if err := json.Unmarshal([]byte(fresh.Stdout), &fm); err != nil {
-				t.Fatalf("fresh probe output: %v\n%s", err, fresh.Stdout)
-			}
-			if err := json.Unmarshal([]byte(pooled.Stdout), &pm); err != nil {
-				t.Fatalf("pooled probe output: %v\n%s", err, pooled.Stdout)
-			}
-			if len(fm) < 40 {
-				t.Fatalf("probe reported %d fields, want all", len(fm))
-			}
-			for _, k := range slices.Sorted(func(yield func(string) bool) {
-				for k := range fm {
-					if !yield(k) {
-						return
-					}
-				}
-			}) {
-				f, _ := json.Marshal(fm[k])
-				g, _ := json.Marshal(pm[k])
-				if string(f) != string(g) {
-					t.Errorf("%s differs:\nfresh  %s\npooled %s", k, f, g)
-				}
-			}
-			if len(pm) != len(fm) {
-				t.Errorf("pooled probe reported %d fields, fresh %d", len(pm), len(fm))
-			}
-			if !slices.Equal(keysOf(fresh.LimitsEnforced), keysOf(pooled.LimitsEnforced)) || pooled.Stderr != fresh.Stderr || pooled.ExitCode != fresh.ExitCode {
-				t.Errorf("results differ: fresh %+v, pooled %+v", fresh, pooled)
-			}
+			compareProbes(t, f, pooled, normalize...)
 		})
+	}
+}
+
+// compareProbes fails unless two runs of identityProbe succeeded and
+// reported the same for every field, with the same result otherwise.
+func compareProbes(t *testing.T, fresh, pooled api.Phase, normalize ...func(map[string]any)) {
+	t.Helper()
+	for _, r := range []api.Phase{fresh, pooled} {
+		if r.Status != api.StatusOK {
+			t.Fatalf("probe: status %s, stderr %s", r.Status, r.Stderr)
+		}
+	}
+	if os.Getenv("POOL_DEBUG") != "" {
+		t.Logf("pooled:\n%s", pooled.Stdout)
+	}
+	var fm, pm map[string]any
+	if err := json.Unmarshal([]byte(fresh.Stdout), &fm); err != nil {
+		t.Fatalf("fresh probe output: %v\n%s", err, fresh.Stdout)
+	}
+	if err := json.Unmarshal([]byte(pooled.Stdout), &pm); err != nil {
+		t.Fatalf("pooled probe output: %v\n%s", err, pooled.Stdout)
+	}
+	if len(fm) < 40 {
+		t.Fatalf("probe reported %d fields, want all", len(fm))
+	}
+	for _, n := range normalize {
+		n(fm)
+		n(pm)
+	}
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range fm {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		f, _ := json.Marshal(fm[k])
+		g, _ := json.Marshal(pm[k])
+		if string(f) != string(g) {
+			t.Errorf("%s differs:\nfresh  %s\npooled %s", k, f, g)
+		}
+	}
+	if len(pm) != len(fm) {
+		t.Errorf("pooled probe reported %d fields, fresh %d", len(pm), len(fm))
+	}
+	if !slices.Equal(keysOf(fresh.LimitsEnforced), keysOf(pooled.LimitsEnforced)) || pooled.Stderr != fresh.Stderr || pooled.ExitCode != fresh.ExitCode {
+		t.Errorf("results differ: fresh %+v, pooled %+v", fresh, pooled)
 	}
 }
 
@@ -387,9 +416,15 @@ func TestPoolBurst(t *testing.T) {
 // (init alive, waiting for a program); the next start's Recover removes
 // them like any other.
 func TestPoolRecover(t *testing.T) {
-	e := newTestEnv(t)
+	t.Run("runc", func(t *testing.T) { testPoolRecover(t, newTestEnv(t)) })
+	// A gVisor pool's idle sandboxes: sentry and gofer run as root on the
+	// host (runscProcesses finds them), booted and waiting for start.
+	t.Run("gvisor", func(t *testing.T) { testPoolRecover(t, newGVisorEnv(t)) })
+}
+
+func testPoolRecover(t *testing.T, e *testEnv) {
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "SANDCELL_POOL_CRASH_CHILD=1",
+	cmd.Env = append(os.Environ(), "SANDCELL_POOL_CRASH_CHILD=1", "SANDCELL_POOL_CRASH_BACKEND="+e.backend,
 		"SANDCELL_CRASH_STATE="+e.stateDir, "SANDCELL_CRASH_CGROUP="+e.cgPath, "SANDCELL_CRASH_ROOT="+layerRoot(t, "python"))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -406,7 +441,8 @@ func TestPoolRecover(t *testing.T) {
 		t.Fatalf("crash child did not fill its pool: %q %v", line, err)
 	}
 	n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "pooled ")))
-	if len(sandboxProcesses(t)) == 0 || n == 0 {
+	alive := func() int { return len(sandboxProcesses(t)) + len(runscProcesses(e.stateDir)) }
+	if alive() == 0 || n == 0 {
 		t.Fatalf("no pooled container alive before the kill (%d idle)", n)
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -423,10 +459,13 @@ func TestPoolRecover(t *testing.T) {
 		t.Errorf("recover removed %v, want the %d pooled containers", removed, n)
 	}
 	deadline := time.Now().Add(3 * time.Second)
-	for len(sandboxProcesses(t)) > 0 && time.Now().Before(deadline) {
+	for alive() > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	e.assertNoTraces(t)
+	if pids := runscProcesses(e.stateDir); len(pids) > 0 {
+		t.Errorf("gVisor processes left after Recover: %v", pids)
+	}
 }
 
 func init() {
@@ -451,6 +490,17 @@ func poolCrashChild() {
 		fail(err)
 	}
 	p := oci.NewPool(rt, oci.PoolConfig{Size: 2, Scripts: [][]string{pythonArgs}})
+	if os.Getenv("SANDCELL_POOL_CRASH_BACKEND") == "gvisor" {
+		filter, err := seccomp.GVisorProfile()
+		if err != nil {
+			fail(err)
+		}
+		g, err := oci.NewRunsc(rt, oci.RunscConfig{Seccomp: filter})
+		if err != nil {
+			fail(err)
+		}
+		p = oci.NewGVisorPool(g, oci.PoolConfig{Size: 2})
+	}
 	for _, args := range [][]string{nil, nil, {"x"}, {"x"}} {
 		req := &oci.Request{Root: os.Getenv("SANDCELL_CRASH_ROOT"), Args: append(slices.Clone(pythonArgs), args...),
 			Files: []api.File{{Path: "main.py", Data: []byte("print(1)")}}, Limits: lim}

@@ -432,3 +432,6 @@ func writeFile(root *os.Root, f api.File, uid, gid int) error {
 	}
 	return nil
 }
+
+// base is the run itself (see poolMember).
+func (r *run) base() *run { return r }

@@ -186,14 +186,26 @@ func (g *Runsc) deleteForce(runDir, id string) {
 }
 
 // Prepare writes the bundle, creates the run's cgroup and starts a holder
-// process inside it that will exec runsc on Start. Unlike libcontainer,
-// the sandbox itself does not boot before Start: runsc's create/start/wait
-// path costs several times its run path (1.5 s against 0.27 s for python
-// print(1) with the 2022 runsc).
-func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr error) {
+// process inside it that will exec `runsc run` on Start. Unlike
+// libcontainer, the sandbox itself does not boot before Start: a fresh
+// run pays gVisor's boot either way, and `runsc run` is its shortest
+// path. A pool (NewGVisorPool) boots its sandboxes ahead instead.
+func (g *Runsc) Prepare(ctx context.Context, req *Request) (Container, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	c, err := g.prepare(ctx, req, false)
+	if err != nil {
+		return nil, err // not a nil *gvContainer in a non-nil Container
+	}
+	return c, nil
+}
+
+// prepare is Prepare of a validated request. ahead makes a sandbox of a
+// pool: the holder is a gvHold, which runs `runsc create` now (prepare
+// returns once the sandbox is booted) and `runsc start` on Start, and
+// reports the sandbox's exit status as its own.
+func (g *Runsc) prepare(ctx context.Context, req *Request, ahead bool) (_ *gvContainer, retErr error) {
 	if req.Egress != "" {
 		return nil, fmt.Errorf("%w: network mode egress is not offered under gVisor (isolation runc only)", ErrInvalidRequest)
 	}
@@ -208,6 +220,7 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 		return nil, err
 	}
 	run.enforced = gvisorEnforced(r.cfg.Cgroups != nil)
+	run.pooled = ahead
 	c := &gvContainer{run: run, g: g}
 	run.settle = c.settle
 	run.cpuUsed = c.cpuUsed
@@ -251,16 +264,27 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 	}
 	defer holdR.Close()
 	c.hold = holdW
-	args := []string{holdArg, g.path,
+	flags := []string{
 		"--root", stateRoot(run.runDir),
 		"--platform", g.platform,
 		"--network", "none", // gVisor's own netstack with loopback only
 		"--oci-seccomp", // the spec's filter applies to the program inside the sandbox
 		"--ignore-cgroups"}
 	if r.cfg.SingleID {
-		args = append(args, "--rootless")
+		flags = append(flags, "--rootless")
 	}
-	args = append(args, "run", "--bundle", bundle, id)
+	args := append(append([]string{holdArg, g.path}, flags...), "run", "--bundle", bundle, id)
+	var readyR, readyW *os.File
+	if ahead {
+		if readyR, readyW, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
+		}
+		defer readyR.Close()
+		// Closed here once the holder runs: its copy must be the only
+		// one, or an exit before its report would not end create's wait.
+		defer readyW.Close()
+		args = append([]string{gvHoldArg, g.path, id, bundle, filepath.Join(run.runDir, "runsc.pid")}, flags...)
+	}
 	cmd := exec.Command("/proc/self/exe", args...)
 	cmd.Args[0] = "sandcell-runsc"
 	cmd.Stdout = run.outW
@@ -269,6 +293,9 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 		cmd.Stdin = run.stdinR
 	}
 	cmd.ExtraFiles = []*os.File{holdR}
+	if ahead {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, readyW)
+	}
 	// Its own process group, so that a kill reaches runsc's children too,
 	// and gone with sandcell.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -298,6 +325,12 @@ func (g *Runsc) Prepare(ctx context.Context, req *Request) (_ Container, retErr 
 	}
 	if err := run.fill(ctx, fh, req, uid, gid, target); err != nil {
 		return nil, err
+	}
+	if ahead {
+		readyW.Close()
+		if err := c.create(ctx, readyR); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
