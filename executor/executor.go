@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -148,6 +149,8 @@ type Executor struct {
 	gvOnce sync.Once
 	gv     *oci.Runsc // nil when runsc is not usable; gvErr says why
 	gvErr  error
+	gvPool *oci.Pool   // gVisor sandboxes created ahead; nil: no warm pool
+	gvMade atomic.Bool // gvOnce has run: gv, gvErr and gvPool are set
 	// The wasm backend, made on first use (wasm.go); rt is nil on a host
 	// without a kernel sandbox, where it is the only one.
 	wasmOnce sync.Once
@@ -243,6 +246,10 @@ func (e *Executor) Close() error {
 	if e.pool != nil {
 		errs = append(errs, e.pool.Close())
 	}
+	e.gvOnce.Do(func() {}) // a gVisor backend being made is made, or none will be
+	if e.gvPool != nil {
+		errs = append(errs, e.gvPool.Close())
+	}
 	if e.wasm != nil {
 		errs = append(errs, e.wasm.Close())
 	}
@@ -286,6 +293,33 @@ func (e *Executor) Parent() *limits.Parent { return e.parent }
 
 // Pool is the warm pool (nil when off).
 func (e *Executor) Pool() *oci.Pool { return e.pool }
+
+// GVisorPool is the warm pool of gVisor sandboxes: nil when pools are off
+// or the gVisor backend was not made yet (it is made on first use; this
+// does not make it).
+func (e *Executor) GVisorPool() *oci.Pool {
+	if !e.gvMade.Load() {
+		return nil
+	}
+	return e.gvPool
+}
+
+// PoolStats sums the warm pools' counters and idle containers (runc's and
+// gVisor's), for the server's metrics.
+func (e *Executor) PoolStats() (oci.PoolStats, int) {
+	var sum oci.PoolStats
+	idle := 0
+	for _, p := range []*oci.Pool{e.pool, e.GVisorPool()} {
+		if p == nil {
+			continue
+		}
+		s := p.Stats()
+		sum.Hits, sum.Misses, sum.Other = sum.Hits+s.Hits, sum.Misses+s.Misses, sum.Other+s.Other
+		sum.Prepared, sum.Unused = sum.Prepared+s.Prepared, sum.Unused+s.Unused
+		idle += p.Idle()
+	}
+	return sum, idle
+}
 
 // knownIsolations is the list for messages.
 func knownIsolations() string { return strings.Join(Isolations, ", ") }

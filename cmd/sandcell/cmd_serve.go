@@ -233,12 +233,7 @@ func openService(env *cliEnv) (*served, func(), error) {
 			return len(ms)
 		},
 		Kernels: func() int { return kernels() },
-		Pool: func() (oci.PoolStats, int) {
-			if p := e.Pool(); p != nil {
-				return p.Stats(), p.Idle()
-			}
-			return oci.PoolStats{}, 0
-		},
+		Pool:    func() (oci.PoolStats, int) { return e.PoolStats() },
 	})
 	opts := env.cfg.Executor(env.log, func() bool { return gate.Queued() > 0 })
 	opts.Observe, opts.Deps.EgressRefused = m.Observe, m.EgressRefused

@@ -69,7 +69,8 @@ func (c *httpMCP) post(t *testing.T, method string, params any) map[string]any {
 
 // TestMetricsMatchRuns: a server on HTTP with a token, a load of calls
 // (ok, failing, refused) from two clients while /metrics is scraped, and
-// the counters at the end equal the calls made.
+// the counters at the end equal the calls made; then gVisor calls, which
+// its gVisor pool serves.
 func TestMetricsMatchRuns(t *testing.T) {
 	state := testState(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -161,10 +162,7 @@ func TestMetricsMatchRuns(t *testing.T) {
 	}()
 	wg.Wait()
 	close(stop)
-	code, text := scrape("s3cret")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics: HTTP %d", code)
-	}
+	var text string
 	value := func(series string) int {
 		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` ([0-9.e+]+)$`).FindStringSubmatch(text)
 		if m == nil {
@@ -172,6 +170,32 @@ func TestMetricsMatchRuns(t *testing.T) {
 		}
 		f, _ := strconv.ParseFloat(m[1], 64)
 		return int(f)
+	}
+	// gVisor calls go through the gVisor pool by default (issue #18): a
+	// sandbox created ahead serves the third call or the fourth, given
+	// time to boot one (the pool learns a key from two calls).
+	_, text = scrape("s3cret")
+	hits := value("sandcell_pool_hits_total")
+	c := &httpMCP{url: base, token: "s3cret"}
+	c.post(t, "initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "metrics-test", "version": "1"}})
+	for i := range 4 {
+		if i >= 2 {
+			time.Sleep(time.Second)
+		}
+		r := c.post(t, "tools/call", map[string]any{"name": "execute_code", "arguments": map[string]any{"language": "sh", "source": "echo hi", "isolation": "gvisor"}})
+		if b, _ := json.Marshal(r); !strings.Contains(string(b), `"stdout":"hi\n"`) {
+			t.Errorf("gvisor call %d: %s", i, b)
+		}
+	}
+	code, text := scrape("s3cret")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: HTTP %d", code)
+	}
+	if got := value("sandcell_pool_hits_total"); got <= hits {
+		t.Errorf("sandcell_pool_hits_total %d after 4 gVisor calls, %d before: no call was served by a sandbox created ahead", got, hits)
+	}
+	if got := value(`sandcell_runs_total{isolation="gvisor",language="sh",status="ok"}`); got != 4 {
+		t.Errorf("gVisor runs ok = %d, want 4", got)
 	}
 	want := map[string]int{
 		`sandcell_runs_total{isolation="runc",language="sh",status="ok"}`:    2 * perClient / 3,
