@@ -110,7 +110,7 @@ func TestBenchReal(t *testing.T) {
 	want := []string{"bare host", "bwrap", "runc CLI", "sandcell fresh", "sandcell pooled"}
 	_, runscErr := exec.LookPath("runsc")
 	if runscErr == nil || os.Getenv("CI") == "true" {
-		want = append(want, "runsc CLI", "runsc CLI (cgroup)", "sandcell gvisor")
+		want = append(want, "runsc CLI", "runsc CLI (cgroup)", "sandcell gvisor", "sandcell gvisor pooled")
 	}
 	var header []string
 	rows := 0

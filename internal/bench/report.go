@@ -107,6 +107,7 @@ var ratioColumns = []ratio{
 	{label: "sandcell pooled / bare", a: "sandcell pooled", b: "bare host"},
 	{label: "sandcell gvisor / runsc CLI", a: "sandcell gvisor", b: "runsc CLI"},
 	{label: "sandcell gvisor / runsc CLI (cgroup)", a: "sandcell gvisor", b: "runsc CLI (cgroup)"},
+	{label: "sandcell gvisor pooled / runsc CLI", a: "sandcell gvisor pooled", b: "runsc CLI"},
 }
 
 func (q ratio) of(row LatencyRow) (string, bool) {
@@ -176,13 +177,14 @@ func (r *Report) goals() []goal {
 	if row, ok := find("python"); ok {
 		rows = append([]LatencyRow{row}, rows...)
 	}
-	for _, cli := range []struct{ runner, what string }{
-		{"runsc CLI", "gVisor: sandcell gvisor p50 at most 1.0x the runsc CLI on the same bundle (--ignore-cgroups: no limits)"},
-		{"runsc CLI (cgroup)", "gVisor: the same against the runsc CLI enforcing the bundle's cgroup limits itself"},
+	for _, cli := range []struct{ sandcell, runner, what string }{
+		{"sandcell gvisor pooled", "runsc CLI", "gVisor: sandcell gvisor pooled (a server's default, issue #18) p50 at most 1.0x the runsc CLI on the same bundle (--ignore-cgroups: no limits)"},
+		{"sandcell gvisor", "runsc CLI", "gVisor: sandcell gvisor, a fresh run, p50 at most 1.0x the runsc CLI on the same bundle (--ignore-cgroups: no limits)"},
+		{"sandcell gvisor", "runsc CLI (cgroup)", "gVisor: the fresh run against the runsc CLI enforcing the bundle's cgroup limits itself"},
 	} {
 		g := goal{what: cli.what}
 		for _, row := range rows {
-			s, okS := row.p50("sandcell gvisor")
+			s, okS := row.p50(cli.sandcell)
 			c, okC := row.p50(cli.runner)
 			if okS && okC {
 				x := float64(s) / float64(c)
@@ -410,6 +412,7 @@ var colors = []color.RGBA{
 	{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, // sandcell fresh
 	{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, // sandcell pooled
 	{R: 0x6a, G: 0x3d, B: 0x9a, A: 0xff}, // sandcell gvisor
+	{R: 0xbc, G: 0xbd, B: 0x22, A: 0xff}, // sandcell gvisor pooled
 }
 
 // Plot draws each runner's latencies per case as box plots (median,

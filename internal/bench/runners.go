@@ -35,7 +35,7 @@ type runner struct {
 }
 
 // RunnerKeys are the runners in column order (--runners names).
-var RunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh", "libcontainer", "pooled", "gvisor", "cli", "rootless"}
+var RunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh", "libcontainer", "pooled", "gvisor", "gvisor-pooled", "cli", "rootless"}
 
 // runners are the available runners, all or those of list (keys of
 // RunnerKeys). A runner named in list that is not available is an error;
@@ -48,6 +48,10 @@ var RunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh",
 // libcontainer's re-exec, the path before it. "sandcell pooled" goes
 // through the pool as every server call does, so the pool learns the
 // case's demand from the interleaved runs and refills between them.
+// "sandcell gvisor" is a fresh gVisor run (`runsc run` through sandcell's
+// holder, as `sandcell run --isolation gvisor` does); "sandcell gvisor
+// pooled" goes through the gVisor pool as a server's calls do (a sandbox
+// created ahead, started on request: oci.NewGVisorPool).
 func (h *harness) runners(list string) ([]runner, error) {
 	all := []runner{
 		{key: "bare", name: "bare host", throughput: true, run: h.bare},
@@ -58,7 +62,8 @@ func (h *harness) runners(list string) ([]runner, error) {
 		{key: "fresh", name: "sandcell fresh", throughput: true, run: h.sandcell("runc", true, false)},
 		{key: "libcontainer", name: "sandcell libcontainer", throughput: true, run: h.sandcell("runc", true, true)},
 		{key: "pooled", name: "sandcell pooled", throughput: true, run: h.sandcell("runc", false, false)},
-		{key: "gvisor", name: "sandcell gvisor", run: h.sandcell("gvisor", false, false)},
+		{key: "gvisor", name: "sandcell gvisor", run: h.sandcell("gvisor", true, false)},
+		{key: "gvisor-pooled", name: "sandcell gvisor pooled", run: h.sandcell("gvisor", false, false)},
 		{key: "cli", name: "sandcell run CLI", run: h.cliRoot},
 		{key: "rootless", name: "sandcell run CLI rootless", run: h.cliRootless},
 	}
@@ -77,11 +82,13 @@ func (h *harness) runners(list string) ([]runner, error) {
 	}
 	if h.e.Pool() == nil {
 		missing["pooled"] = "warm pools are off (--pool-size 0)"
+		missing["gvisor-pooled"] = missing["pooled"]
 	}
 	if h.gvErr != nil {
 		missing["runsc"] = h.gvErr.Error()
 		missing["runsc-cg"] = h.gvErr.Error()
 		missing["gvisor"] = h.gvErr.Error()
+		missing["gvisor-pooled"] = h.gvErr.Error()
 	}
 	want := map[string]bool{}
 	if list != "" {
