@@ -142,7 +142,8 @@ func NewPool(rt *Libcontainer, cfg PoolConfig) *Pool {
 // gofer's boot) and started when its request comes. Only runs in a cgroup
 // are pooled (a rootless server without a delegated subtree runs every
 // request fresh): the cgroup is what ends an idle sandbox whose holder is
-// gone. Close it before g's Libcontainer.
+// gone; nor are a rootless server's (see gvPool.classify). Close it
+// before g's Libcontainer.
 func NewGVisorPool(g *Runsc, cfg PoolConfig) *Pool {
 	return newPool(gvPool{g}, cfg)
 }

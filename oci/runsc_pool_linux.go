@@ -35,10 +35,13 @@ func (b gvPool) prepareAhead(ctx context.Context, e *poolEntry) (poolMember, err
 	return c, nil
 }
 
-// classify: every request runs pooled but those pooledAlone names, and
-// every request of a server without cgroups (see NewGVisorPool).
+// classify: every request runs pooled but those pooledAlone names, every
+// request of a server without cgroups (see NewGVisorPool), and those of a
+// rootless server (SingleID): `runsc --rootless` creates its sandbox
+// through a user-namespace re-exec of its own, whose process tree the
+// holder's wait was not tested on.
 func (b gvPool) classify(_ *PoolConfig, req *Request) (string, *poolEntry, bool) {
-	if pooledAlone(req) || b.g.lc.cfg.Cgroups == nil {
+	if pooledAlone(req) || b.g.lc.cfg.Cgroups == nil || b.g.lc.cfg.SingleID {
 		return "", nil, false
 	}
 	e := &poolEntry{kind: kindCreated, added: make(chan struct{})}
