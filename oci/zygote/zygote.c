@@ -948,6 +948,16 @@ static int read_file(const char *path, char *buf, size_t n)
 	return 0;
 }
 
+/* The host's last capability and the zygote's own setgroups state, read
+ * once per zygote (zygote_loop) rather than in every child: neither can
+ * change while the zygote lives (cap_last_cap is the running kernel's; a
+ * user namespace's setgroups can go from "allow" to "deny" only before its
+ * gid map is written, and the zygote's was written before it started).
+ * What the child does with them is what runc's init does with the files. */
+static int zygote_last_cap = -1;
+static char zygote_setgroups[16];
+static int zygote_setgroups_errno;
+
 static int last_cap(void)
 {
 	char buf[32];
@@ -956,10 +966,27 @@ static int last_cap(void)
 	return atoi(buf);
 }
 
+/* child_setgroups is what the child's /proc/self/setgroups holds: a new
+ * user namespace starts with its parent's state ("deny" stays "deny"),
+ * and the zygote wrote "deny" when the request said so. */
+static int child_setgroups(const struct scz_request *req, char *sg, size_t n)
+{
+	if (zygote_setgroups_errno) {
+		errno = zygote_setgroups_errno;
+		return -1;
+	}
+	if ((req->clone_flags & CLONE_NEWUSER) && req->setgroups_deny)
+		snprintf(sg, n, "deny\n");
+	else
+		snprintf(sg, n, "%s", zygote_setgroups);
+	return 0;
+}
+
 /* finalize_namespace is runc's finalizeNamespace with setupUser, for a
  * process that gets no capabilities at all. */
-static void finalize_namespace(const struct plan *pl, int nextra)
+static void finalize_namespace(const struct plan *pl, const struct scz_request *req)
 {
+	int nextra = (int)req->nextra;
 	CHECK(syscall(SYS_close_range, 3 + nextra, ~0U, CLOSE_RANGE_CLOEXEC), "error closing exec fds");
 	int chdir_later = 0;
 	if (pl->cwd && pl->cwd[0]) {
@@ -969,14 +996,14 @@ static void finalize_namespace(const struct plan *pl, int nextra)
 			chdir_later = 1;
 		}
 	}
-	int last = last_cap();
+	int last = zygote_last_cap;
 	for (int c = 0; c <= last; c++)
 		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
 			child_fail("unable to apply bounding set");
 	CHECK(prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "unable to set keep caps");
 	fix_stdio_permissions(pl->uid);
 	char sg[16] = "";
-	if (read_file("/proc/self/setgroups", sg, sizeof(sg)) < 0 && errno != ENOENT)
+	if (child_setgroups(req, sg, sizeof(sg)) < 0 && errno != ENOENT)
 		child_fail("read /proc/self/setgroups");
 	if (pl->setgroups && strncmp(sg, "deny", 4) != 0)
 		CHECK(setgroups(0, NULL), "setgroups");
@@ -1163,7 +1190,7 @@ static void child_main(const struct scz_request *req, int *fds, int nfds, int ma
 	mask_paths(&pl);
 	if (pl.nnp)
 		CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(SET_NO_NEW_PRIVS)");
-	finalize_namespace(&pl, req->nextra);
+	finalize_namespace(&pl, req);
 	char *name = look_path(&pl);
 	load_seccomp(&pl);
 
@@ -1189,11 +1216,12 @@ static void child_main(const struct scz_request *req, int *fds, int nfds, int ma
 /* ------------------------------------------------------------------ */
 /* The zygote                                                           */
 
-static int write_proc(pid_t pid, const char *file, const char *data)
+/* write_proc writes data to a file of the child's /proc/PID directory
+ * (procdir: opened once per child, so each file is one lookup, not a walk
+ * through /proc and the pid). */
+static int write_proc(int procdir, const char *file, const char *data)
 {
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/%s", pid, file);
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	int fd = openat(procdir, file, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	ssize_t n = write(fd, data, strlen(data));
@@ -1278,19 +1306,29 @@ static void serve_one(const struct scz_request *req, int *fds, int nfds)
 	 * affinity (tryResetCPUAffinity). sandcell sets the rlimits once the
 	 * child is ready, as runc's parent does at procReady. */
 	const char *fail = NULL;
-	if (req->clone_flags & CLONE_NEWUSER) {
-		if (req->setgroups_deny && write_proc(pid, "setgroups", "deny") < 0)
+	char procpath[32];
+	snprintf(procpath, sizeof(procpath), "/proc/%ld", pid);
+	int procdir = open(procpath, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (procdir < 0)
+		fail = "open /proc of the child";
+	if (!fail && (req->clone_flags & CLONE_NEWUSER)) {
+		if (req->setgroups_deny && write_proc(procdir, "setgroups", "deny") < 0)
 			fail = "write setgroups";
-		else if (write_proc(pid, "uid_map", req->uid_map) < 0)
+		else if (write_proc(procdir, "uid_map", req->uid_map) < 0)
 			fail = "write uid_map";
-		else if (write_proc(pid, "gid_map", req->gid_map) < 0)
+		else if (write_proc(procdir, "gid_map", req->gid_map) < 0)
 			fail = "write gid_map";
 	}
 	if (!fail && req->oom_score_adj_set) {
 		char v[16];
 		snprintf(v, sizeof(v), "%d", req->oom_score_adj);
-		if (write_proc(pid, "oom_score_adj", v) < 0)
+		if (write_proc(procdir, "oom_score_adj", v) < 0)
 			fail = "write oom_score_adj";
+	}
+	if (procdir >= 0) {
+		int e2 = errno;
+		close(procdir);
+		errno = e2;
 	}
 	if (!fail) {
 		static unsigned char all[64 * 1024 / 8];
@@ -1318,6 +1356,9 @@ static void zygote_loop(int sock)
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	prctl(PR_SET_NAME, (unsigned long)"sandcell-zygote", 0, 0, 0);
 	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+	zygote_last_cap = last_cap();
+	if (read_file("/proc/self/setgroups", zygote_setgroups, sizeof(zygote_setgroups)) < 0)
+		zygote_setgroups_errno = errno ? errno : EIO;
 	for (;;) {
 		struct scz_request req;
 		char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
