@@ -233,8 +233,25 @@ static void add_list(const char **list, int *n, int max, const char *s, const ch
 static void parse_plan(struct plan *pl, const unsigned char *buf, size_t size)
 {
 	memset(pl, 0, sizeof(*pl));
-	pl->argv = calloc(MAX_LIST + 1, sizeof(char *));
-	pl->envp = calloc(MAX_LIST + 1, sizeof(char *));
+	/* argv and envp sized to the plan's records (a first pass counts
+	 * them): calloc of MAX_LIST pointers each cleared 64 KiB, 16 page
+	 * faults of every child (BENCHMARKS.md, issue #18). */
+	size_t nargs = 0, nenv = 0;
+	for (size_t o = 0; o + 8 <= size;) {
+		uint32_t key = get32(buf + o), len = get32(buf + o + 4);
+		o += 8;
+		if (len > size - o)
+			break; /* reported by the pass below */
+		nargs += key == SCZ_P_ARG;
+		nenv += key == SCZ_P_ENV;
+		o += (len + 3) & ~3u;
+	}
+	if (nargs > MAX_LIST)
+		child_fail("plan: too many arguments");
+	if (nenv > MAX_LIST)
+		child_fail("plan: too many environment entries");
+	pl->argv = calloc(nargs + 1, sizeof(char *));
+	pl->envp = calloc(nenv + 1, sizeof(char *));
 	if (!pl->argv || !pl->envp)
 		child_fail("out of memory");
 	size_t off = 0;
@@ -1219,6 +1236,12 @@ static void child_main(const struct scz_request *req, int *fds, int nfds, int ma
 /* write_proc writes data to a file of the child's /proc/PID directory
  * (procdir: opened once per child, so each file is one lookup, not a walk
  * through /proc and the pid). */
+/* Every CPU, for the child's affinity (runc's tryResetCPUAffinity): filled
+ * once in zygote_loop and only read after, so the zygote's writes after a
+ * clone do not copy its pages (each write to a page shared with a child
+ * not yet exec'd is a copy-on-write fault). */
+static unsigned char all_cpus[64 * 1024 / 8];
+
 static int write_proc(int procdir, const char *file, const char *data)
 {
 	int fd = openat(procdir, file, O_WRONLY | O_CLOEXEC);
@@ -1331,9 +1354,7 @@ static void serve_one(const struct scz_request *req, int *fds, int nfds)
 		errno = e2;
 	}
 	if (!fail) {
-		static unsigned char all[64 * 1024 / 8];
-		memset(all, 0xff, sizeof(all));
-		(void)syscall(SYS_sched_setaffinity, pid, sizeof(all), all);
+		(void)syscall(SYS_sched_setaffinity, pid, sizeof(all_cpus), all_cpus);
 	}
 	if (fail) {
 		e = errno;
@@ -1357,6 +1378,10 @@ static void zygote_loop(int sock)
 	prctl(PR_SET_NAME, (unsigned long)"sandcell-zygote", 0, 0, 0);
 	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 	zygote_last_cap = last_cap();
+	memset(all_cpus, 0xff, sizeof(all_cpus));
+	/* malloc's arena is set up here, once, not in every child. */
+	void *volatile warm = malloc(1);
+	free(warm);
 	if (read_file("/proc/self/setgroups", zygote_setgroups, sizeof(zygote_setgroups)) < 0)
 		zygote_setgroups_errno = errno ? errno : EIO;
 	for (;;) {
