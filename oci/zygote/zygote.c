@@ -1128,18 +1128,27 @@ static void child_main(const struct scz_request *req, int *fds, int nfds, int ma
 	/* Our own fds move out of the way of the program's (0 to 2+nextra),
 	 * close-on-exec: all copies first, then the originals are closed. */
 	int low = 3 + (int)req->nextra;
-	int moved[MAX_FDS + 1];
+	/* Usually none is in the way (the zygote holds 0 to 3, so what it
+	 * received is above; every one is close-on-exec already: received
+	 * with MSG_CMSG_CLOEXEC, mapsync made O_CLOEXEC), and the 2 system
+	 * calls a fd that moving costs are skipped (issue #18). */
+	int in_way = mapsync < low;
 	for (int i = 0; i < nfds; i++)
-		if ((moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, low)) < 0)
+		in_way |= fds[i] < low;
+	if (in_way) {
+		int moved[MAX_FDS + 1];
+		for (int i = 0; i < nfds; i++)
+			if ((moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, low)) < 0)
+				_exit(1);
+		if ((moved[nfds] = fcntl(mapsync, F_DUPFD_CLOEXEC, low)) < 0)
 			_exit(1);
-	if ((moved[nfds] = fcntl(mapsync, F_DUPFD_CLOEXEC, low)) < 0)
-		_exit(1);
-	for (int i = 0; i < nfds; i++) {
-		close(fds[i]);
-		fds[i] = moved[i];
+		for (int i = 0; i < nfds; i++) {
+			close(fds[i]);
+			fds[i] = moved[i];
+		}
+		close(mapsync);
+		mapsync = moved[nfds];
 	}
-	close(mapsync);
-	mapsync = moved[nfds];
 	child_sync = fds[1];
 	/* The program's stdio and extra files at 0, 1, 2, 3... */
 	for (int i = 0; i < 3 + (int)req->nextra; i++)
@@ -1370,6 +1379,27 @@ static void serve_one(const struct scz_request *req, int *fds, int nfds)
 	close(pidfd);
 }
 
+/* close_fds closes a request's fds: with one close_range when they are
+ * consecutive numbers (as the kernel hands them out: the lowest free ones,
+ * and the zygote holds no other fd above its socket between requests),
+ * else one by one. */
+static void close_fds(const int *fds, int nfds)
+{
+	if (nfds == 0)
+		return;
+	int lo = fds[0], hi = fds[0];
+	for (int i = 1; i < nfds; i++) {
+		if (fds[i] < lo)
+			lo = fds[i];
+		if (fds[i] > hi)
+			hi = fds[i];
+	}
+	if (hi - lo + 1 == nfds && lo > zygote_sock && syscall(SYS_close_range, lo, hi, 0) == 0)
+		return;
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+}
+
 static void zygote_loop(int sock)
 {
 	zygote_sock = sock;
@@ -1410,8 +1440,7 @@ static void zygote_loop(int sock)
 			reply(EINVAL, 0, -1, "short or truncated request");
 		else
 			serve_one(&req, fds, nfds);
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
+		close_fds(fds, nfds);
 	}
 }
 
