@@ -104,7 +104,7 @@ func (p *Parent) CreateRun(id string, res *specs.LinuxResources) (_ *Run, retErr
 	made := map[string]string{} // real directory -> its path, for co-mounted controllers
 	for _, c := range runV1Controllers {
 		h := filepath.Join(p.root, c)
-		real, err := filepath.EvalSymlinks(h)
+		real, err := p.hierarchy(h)
 		if err != nil {
 			return nil, fmt.Errorf("%w: the %s controller: %v", ErrNoCgroup, c, err)
 		}
@@ -206,6 +206,26 @@ func (r *Run) setV2(dir string, res *specs.LinuxResources) error {
 
 // defaultCFSPeriod is the CFS period of a new cgroup (100 ms).
 const defaultCFSPeriod = 100000
+
+// runHierarchies caches, per parent, the real directory of each v1
+// controller's mount (co-mounted controllers share one: cpu,cpuacct): a
+// host's cgroup mounts do not move while a server runs, and resolving
+// them on every run cost 16 lstat calls (BENCHMARKS.md, issue #18).
+var runHierarchies sync.Map // runFileKey{p, dir, ""} -> string
+
+// hierarchy is filepath.EvalSymlinks(dir), looked up once per parent.
+func (p *Parent) hierarchy(dir string) (string, error) {
+	k := runFileKey{p, dir, ""}
+	if v, ok := runHierarchies.Load(k); ok {
+		return v.(string), nil
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	runHierarchies.Store(k, real)
+	return real, nil
+}
 
 // runFiles caches, per parent, whether its children have a control file
 // the kernel may lack (memory.memsw.limit_in_bytes without swap

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -75,11 +76,20 @@ func (r *usageReader) dir(controller string) string {
 		r.u.Missing = append(r.u.Missing, controller)
 		return ""
 	}
-	if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
-		r.err = fmt.Errorf("%w: cgroup %s is gone (read usage before destroying the container)", ErrNoCgroup, d)
-		return ""
-	}
 	return d
+}
+
+// gone says whether a counter that could not be read is missing because
+// its whole cgroup directory is gone (an error, recorded), not because
+// this kernel lacks the file. The directory is looked at only then: a
+// stat of every directory on every run cost a system call each
+// (BENCHMARKS.md, issue #18).
+func (r *usageReader) gone(dir string) bool {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		r.err = fmt.Errorf("%w: cgroup %s is gone (read usage before destroying the container)", ErrNoCgroup, dir)
+		return true
+	}
+	return false
 }
 
 // value reads a file holding one number into dst.
@@ -89,6 +99,7 @@ func (r *usageReader) value(dir, file string, dst *uint64) {
 	}
 	v, err := readUint(filepath.Join(dir, file))
 	switch {
+	case (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) && r.gone(dir):
 	case errors.Is(err, fs.ErrNotExist):
 		r.u.Missing = append(r.u.Missing, file)
 	case err != nil:
@@ -105,6 +116,7 @@ func (r *usageReader) keyed(dir, file, key string, dst *uint64) {
 	}
 	kv, err := readKeyed(filepath.Join(dir, file))
 	switch {
+	case (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) && r.gone(dir):
 	case errors.Is(err, fs.ErrNotExist):
 		r.u.Missing = append(r.u.Missing, file)
 	case err != nil:

@@ -118,6 +118,17 @@ func (f *forkServer) spawn() error {
 	if err != nil {
 		return fmt.Errorf("%w: zygote socket: %w", ErrRuntime, err)
 	}
+	// Our end is non-blocking, so os.NewFile hands it to the runtime's
+	// poller: a request's wait for the zygote's answer (its clone3, about
+	// a millisecond) parks the goroutine instead of holding an M in a
+	// blocking recvmsg, during which the runtime's sysmon would poll
+	// every 20 µs (BENCHMARKS.md, issue #18: CPU per run). The zygote's
+	// end stays blocking (its own file description).
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return fmt.Errorf("%w: zygote socket: %w", ErrRuntime, err)
+	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "zygote"), os.NewFile(uintptr(fds[1]), "zygote")
 	defer theirs.Close()
 	cmd := &exec.Cmd{
@@ -397,8 +408,7 @@ func (f *forkServer) request(msg []byte, files []*os.File) (zygote.Reply, *os.Fi
 				return zygote.Reply{}, nil, err
 			}
 		}
-		rep, pidfd, err := exchange(int(f.sock.Fd()), msg, rights)
-		runtime.KeepAlive(f.sock)
+		rep, pidfd, err := exchange(f.sock, msg, rights)
 		if err == nil {
 			return rep, pidfd, nil
 		}
@@ -412,48 +422,68 @@ func (f *forkServer) request(msg []byte, files []*os.File) (zygote.Reply, *os.Fi
 	}
 }
 
-// exchange is one request and its answer on the zygote's socket.
-func exchange(sock int, msg, rights []byte) (zygote.Reply, *os.File, error) {
-	if err := unix.Sendmsg(sock, msg, rights, nil, 0); err != nil {
+// exchange is one request and its answer on the zygote's socket (a
+// poller-registered, non-blocking file: both ends of the wait park).
+func exchange(sock *os.File, msg, rights []byte) (zygote.Reply, *os.File, error) {
+	rc, err := sock.SyscallConn()
+	if err != nil {
 		return zygote.Reply{}, nil, err
+	}
+	var opErr error
+	if err := rc.Write(func(fd uintptr) bool {
+		opErr = unix.Sendmsg(int(fd), msg, rights, nil, 0)
+		return !errors.Is(opErr, unix.EAGAIN)
+	}); err != nil {
+		return zygote.Reply{}, nil, err
+	}
+	if opErr != nil {
+		return zygote.Reply{}, nil, opErr
 	}
 	buf := make([]byte, zygote.ReplySize+1)
 	oob := make([]byte, unix.CmsgSpace(4))
-	for {
-		n, oobn, flags, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return zygote.Reply{}, nil, err
-		}
-		if n == 0 {
-			return zygote.Reply{}, nil, io.EOF
-		}
-		var pidfd *os.File
-		if oobn > 0 {
-			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-			if err == nil && len(msgs) == 1 {
-				if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) == 1 {
-					pidfd = os.NewFile(uintptr(fds[0]), "pidfd")
-				}
-			}
-		}
-		rep, err := zygote.DecodeReply(buf[:n])
-		if err == nil && flags&unix.MSG_CTRUNC != 0 {
-			err = errors.New("control message truncated")
-		}
-		if err != nil {
-			if pidfd != nil {
-				pidfd.Close()
-			}
-			return zygote.Reply{}, nil, err
-		}
-		if rep.Pid > 0 && pidfd == nil {
-			return zygote.Reply{}, nil, fmt.Errorf("zygote answered pid %d without its pidfd", rep.Pid)
-		}
-		return rep, pidfd, nil
+	var n, oobn, flags int
+	if err := rc.Read(func(fd uintptr) bool {
+		n, oobn, flags, _, opErr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		return !errors.Is(opErr, unix.EAGAIN) && !errors.Is(opErr, unix.EINTR)
+	}); err != nil {
+		return zygote.Reply{}, nil, err
 	}
+	if opErr != nil {
+		return zygote.Reply{}, nil, opErr
+	}
+	if n == 0 {
+		return zygote.Reply{}, nil, io.EOF
+	}
+	var pidfd *os.File
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err == nil && len(msgs) == 1 {
+			if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) == 1 {
+				// Non-blocking, so the runtime's poller waits for the
+				// child's exit (forkInit.wait) instead of an M blocked
+				// in waitid for the whole run.
+				if err := unix.SetNonblock(fds[0], true); err != nil {
+					unix.Close(fds[0])
+					return zygote.Reply{}, nil, err
+				}
+				pidfd = os.NewFile(uintptr(fds[0]), "pidfd")
+			}
+		}
+	}
+	rep, err := zygote.DecodeReply(buf[:n])
+	if err == nil && flags&unix.MSG_CTRUNC != 0 {
+		err = errors.New("control message truncated")
+	}
+	if err != nil {
+		if pidfd != nil {
+			pidfd.Close()
+		}
+		return zygote.Reply{}, nil, err
+	}
+	if rep.Pid > 0 && pidfd == nil {
+		return zygote.Reply{}, nil, fmt.Errorf("zygote answered pid %d without its pidfd", rep.Pid)
+	}
+	return rep, pidfd, nil
 }
 
 // memfdWith is a memfd holding data (only sandcell and the child it is
@@ -567,13 +597,21 @@ func (i *forkInit) exec() error {
 	return nil
 }
 
+// kill sends SIGKILL through the pidfd. (Never i.pidfd.Fd(): it would
+// turn the poller's non-blocking pidfd back to blocking.)
 func (i *forkInit) kill() error {
-	err := unix.PidfdSendSignal(int(i.pidfd.Fd()), unix.SIGKILL, nil, 0)
-	runtime.KeepAlive(i.pidfd)
-	if errors.Is(err, unix.ESRCH) {
+	rc, err := i.pidfd.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var sigErr error
+	if err := rc.Control(func(fd uintptr) { sigErr = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) }); err != nil {
+		return err
+	}
+	if errors.Is(sigErr, unix.ESRCH) {
 		return nil
 	}
-	return err
+	return sigErr
 }
 
 // wait reaps the child (once; later calls return the same).
@@ -581,22 +619,52 @@ func (i *forkInit) wait() (syscall.WaitStatus, *syscall.Rusage, error) {
 	i.once.Do(func() {
 		var info unix.Siginfo
 		var ru syscall.Rusage
-		for {
-			err := unix.Waitid(unix.P_PIDFD, int(i.pidfd.Fd()), &info, unix.WEXITED, (*unix.Rusage)(unsafe.Pointer(&ru)))
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			runtime.KeepAlive(i.pidfd)
-			if err != nil {
-				i.ws, i.waitErr = syscall.WaitStatus(128<<8), err
-				return
-			}
-			break
+		if err := waitPidfd(i.pidfd, &info, &ru); err != nil {
+			i.ws, i.waitErr = syscall.WaitStatus(128<<8), err
+			return
 		}
 		i.ws = waitStatus(&info)
 		i.rusage = &ru
 	})
 	return i.ws, i.rusage, i.waitErr
+}
+
+// waitPidfd reaps the process of a non-blocking, poller-registered pidfd:
+// the goroutine parks until the pidfd is readable (the process exited),
+// then waitid(WNOHANG) reaps it. No M sits in a blocking waitid for the
+// run's whole life, which kept the runtime's sysmon polling every 20 µs
+// (BENCHMARKS.md, issue #18: CPU per run).
+func waitPidfd(pidfd *os.File, info *unix.Siginfo, ru *syscall.Rusage) error {
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var waitErr error
+	err = rc.Read(func(fd uintptr) bool {
+		*info = unix.Siginfo{}
+		waitErr = unix.Waitid(unix.P_PIDFD, int(fd), info, unix.WEXITED|unix.WNOHANG, (*unix.Rusage)(unsafe.Pointer(ru)))
+		switch {
+		case errors.Is(waitErr, unix.EINTR):
+			return false
+		case errors.Is(waitErr, unix.EAGAIN):
+			waitErr = nil
+			return false // not exited yet: wait for readiness
+		case waitErr != nil:
+			return true
+		}
+		// WNOHANG and nothing to reap: si_pid is 0.
+		return siginfoPid(info) != 0
+	})
+	if err != nil {
+		return err
+	}
+	return waitErr
+}
+
+// siginfoPid is a SIGCHLD siginfo's si_pid (offset 16 on Linux).
+func siginfoPid(info *unix.Siginfo) int32 {
+	b := (*[128]byte)(unsafe.Pointer(info))
+	return int32(le32(b[16:]))
 }
 
 // waitStatus turns waitid's siginfo into wait4's status word.

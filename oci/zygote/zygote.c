@@ -233,8 +233,25 @@ static void add_list(const char **list, int *n, int max, const char *s, const ch
 static void parse_plan(struct plan *pl, const unsigned char *buf, size_t size)
 {
 	memset(pl, 0, sizeof(*pl));
-	pl->argv = calloc(MAX_LIST + 1, sizeof(char *));
-	pl->envp = calloc(MAX_LIST + 1, sizeof(char *));
+	/* argv and envp sized to the plan's records (a first pass counts
+	 * them): calloc of MAX_LIST pointers each cleared 64 KiB, 16 page
+	 * faults of every child (BENCHMARKS.md, issue #18). */
+	size_t nargs = 0, nenv = 0;
+	for (size_t o = 0; o + 8 <= size;) {
+		uint32_t key = get32(buf + o), len = get32(buf + o + 4);
+		o += 8;
+		if (len > size - o)
+			break; /* reported by the pass below */
+		nargs += key == SCZ_P_ARG;
+		nenv += key == SCZ_P_ENV;
+		o += (len + 3) & ~3u;
+	}
+	if (nargs > MAX_LIST)
+		child_fail("plan: too many arguments");
+	if (nenv > MAX_LIST)
+		child_fail("plan: too many environment entries");
+	pl->argv = calloc(nargs + 1, sizeof(char *));
+	pl->envp = calloc(nenv + 1, sizeof(char *));
 	if (!pl->argv || !pl->envp)
 		child_fail("out of memory");
 	size_t off = 0;
@@ -948,6 +965,16 @@ static int read_file(const char *path, char *buf, size_t n)
 	return 0;
 }
 
+/* The host's last capability and the zygote's own setgroups state, read
+ * once per zygote (zygote_loop) rather than in every child: neither can
+ * change while the zygote lives (cap_last_cap is the running kernel's; a
+ * user namespace's setgroups can go from "allow" to "deny" only before its
+ * gid map is written, and the zygote's was written before it started).
+ * What the child does with them is what runc's init does with the files. */
+static int zygote_last_cap = -1;
+static char zygote_setgroups[16];
+static int zygote_setgroups_errno;
+
 static int last_cap(void)
 {
 	char buf[32];
@@ -956,10 +983,27 @@ static int last_cap(void)
 	return atoi(buf);
 }
 
+/* child_setgroups is what the child's /proc/self/setgroups holds: a new
+ * user namespace starts with its parent's state ("deny" stays "deny"),
+ * and the zygote wrote "deny" when the request said so. */
+static int child_setgroups(const struct scz_request *req, char *sg, size_t n)
+{
+	if (zygote_setgroups_errno) {
+		errno = zygote_setgroups_errno;
+		return -1;
+	}
+	if ((req->clone_flags & CLONE_NEWUSER) && req->setgroups_deny)
+		snprintf(sg, n, "deny\n");
+	else
+		snprintf(sg, n, "%s", zygote_setgroups);
+	return 0;
+}
+
 /* finalize_namespace is runc's finalizeNamespace with setupUser, for a
  * process that gets no capabilities at all. */
-static void finalize_namespace(const struct plan *pl, int nextra)
+static void finalize_namespace(const struct plan *pl, const struct scz_request *req)
 {
+	int nextra = (int)req->nextra;
 	CHECK(syscall(SYS_close_range, 3 + nextra, ~0U, CLOSE_RANGE_CLOEXEC), "error closing exec fds");
 	int chdir_later = 0;
 	if (pl->cwd && pl->cwd[0]) {
@@ -969,14 +1013,14 @@ static void finalize_namespace(const struct plan *pl, int nextra)
 			chdir_later = 1;
 		}
 	}
-	int last = last_cap();
+	int last = zygote_last_cap;
 	for (int c = 0; c <= last; c++)
 		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
 			child_fail("unable to apply bounding set");
 	CHECK(prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "unable to set keep caps");
 	fix_stdio_permissions(pl->uid);
 	char sg[16] = "";
-	if (read_file("/proc/self/setgroups", sg, sizeof(sg)) < 0 && errno != ENOENT)
+	if (child_setgroups(req, sg, sizeof(sg)) < 0 && errno != ENOENT)
 		child_fail("read /proc/self/setgroups");
 	if (pl->setgroups && strncmp(sg, "deny", 4) != 0)
 		CHECK(setgroups(0, NULL), "setgroups");
@@ -1084,18 +1128,27 @@ static void child_main(const struct scz_request *req, int *fds, int nfds, int ma
 	/* Our own fds move out of the way of the program's (0 to 2+nextra),
 	 * close-on-exec: all copies first, then the originals are closed. */
 	int low = 3 + (int)req->nextra;
-	int moved[MAX_FDS + 1];
+	/* Usually none is in the way (the zygote holds 0 to 3, so what it
+	 * received is above; every one is close-on-exec already: received
+	 * with MSG_CMSG_CLOEXEC, mapsync made O_CLOEXEC), and the 2 system
+	 * calls a fd that moving costs are skipped (issue #18). */
+	int in_way = mapsync < low;
 	for (int i = 0; i < nfds; i++)
-		if ((moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, low)) < 0)
+		in_way |= fds[i] < low;
+	if (in_way) {
+		int moved[MAX_FDS + 1];
+		for (int i = 0; i < nfds; i++)
+			if ((moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, low)) < 0)
+				_exit(1);
+		if ((moved[nfds] = fcntl(mapsync, F_DUPFD_CLOEXEC, low)) < 0)
 			_exit(1);
-	if ((moved[nfds] = fcntl(mapsync, F_DUPFD_CLOEXEC, low)) < 0)
-		_exit(1);
-	for (int i = 0; i < nfds; i++) {
-		close(fds[i]);
-		fds[i] = moved[i];
+		for (int i = 0; i < nfds; i++) {
+			close(fds[i]);
+			fds[i] = moved[i];
+		}
+		close(mapsync);
+		mapsync = moved[nfds];
 	}
-	close(mapsync);
-	mapsync = moved[nfds];
 	child_sync = fds[1];
 	/* The program's stdio and extra files at 0, 1, 2, 3... */
 	for (int i = 0; i < 3 + (int)req->nextra; i++)
@@ -1163,7 +1216,7 @@ static void child_main(const struct scz_request *req, int *fds, int nfds, int ma
 	mask_paths(&pl);
 	if (pl.nnp)
 		CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(SET_NO_NEW_PRIVS)");
-	finalize_namespace(&pl, req->nextra);
+	finalize_namespace(&pl, req);
 	char *name = look_path(&pl);
 	load_seccomp(&pl);
 
@@ -1189,11 +1242,18 @@ static void child_main(const struct scz_request *req, int *fds, int nfds, int ma
 /* ------------------------------------------------------------------ */
 /* The zygote                                                           */
 
-static int write_proc(pid_t pid, const char *file, const char *data)
+/* write_proc writes data to a file of the child's /proc/PID directory
+ * (procdir: opened once per child, so each file is one lookup, not a walk
+ * through /proc and the pid). */
+/* Every CPU, for the child's affinity (runc's tryResetCPUAffinity): filled
+ * once in zygote_loop and only read after, so the zygote's writes after a
+ * clone do not copy its pages (each write to a page shared with a child
+ * not yet exec'd is a copy-on-write fault). */
+static unsigned char all_cpus[64 * 1024 / 8];
+
+static int write_proc(int procdir, const char *file, const char *data)
 {
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/%s", pid, file);
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	int fd = openat(procdir, file, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	ssize_t n = write(fd, data, strlen(data));
@@ -1278,24 +1338,32 @@ static void serve_one(const struct scz_request *req, int *fds, int nfds)
 	 * affinity (tryResetCPUAffinity). sandcell sets the rlimits once the
 	 * child is ready, as runc's parent does at procReady. */
 	const char *fail = NULL;
-	if (req->clone_flags & CLONE_NEWUSER) {
-		if (req->setgroups_deny && write_proc(pid, "setgroups", "deny") < 0)
+	char procpath[32];
+	snprintf(procpath, sizeof(procpath), "/proc/%ld", pid);
+	int procdir = open(procpath, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (procdir < 0)
+		fail = "open /proc of the child";
+	if (!fail && (req->clone_flags & CLONE_NEWUSER)) {
+		if (req->setgroups_deny && write_proc(procdir, "setgroups", "deny") < 0)
 			fail = "write setgroups";
-		else if (write_proc(pid, "uid_map", req->uid_map) < 0)
+		else if (write_proc(procdir, "uid_map", req->uid_map) < 0)
 			fail = "write uid_map";
-		else if (write_proc(pid, "gid_map", req->gid_map) < 0)
+		else if (write_proc(procdir, "gid_map", req->gid_map) < 0)
 			fail = "write gid_map";
 	}
 	if (!fail && req->oom_score_adj_set) {
 		char v[16];
 		snprintf(v, sizeof(v), "%d", req->oom_score_adj);
-		if (write_proc(pid, "oom_score_adj", v) < 0)
+		if (write_proc(procdir, "oom_score_adj", v) < 0)
 			fail = "write oom_score_adj";
 	}
+	if (procdir >= 0) {
+		int e2 = errno;
+		close(procdir);
+		errno = e2;
+	}
 	if (!fail) {
-		static unsigned char all[64 * 1024 / 8];
-		memset(all, 0xff, sizeof(all));
-		(void)syscall(SYS_sched_setaffinity, pid, sizeof(all), all);
+		(void)syscall(SYS_sched_setaffinity, pid, sizeof(all_cpus), all_cpus);
 	}
 	if (fail) {
 		e = errno;
@@ -1311,6 +1379,27 @@ static void serve_one(const struct scz_request *req, int *fds, int nfds)
 	close(pidfd);
 }
 
+/* close_fds closes a request's fds: with one close_range when they are
+ * consecutive numbers (as the kernel hands them out: the lowest free ones,
+ * and the zygote holds no other fd above its socket between requests),
+ * else one by one. */
+static void close_fds(const int *fds, int nfds)
+{
+	if (nfds == 0)
+		return;
+	int lo = fds[0], hi = fds[0];
+	for (int i = 1; i < nfds; i++) {
+		if (fds[i] < lo)
+			lo = fds[i];
+		if (fds[i] > hi)
+			hi = fds[i];
+	}
+	if (hi - lo + 1 == nfds && lo > zygote_sock && syscall(SYS_close_range, lo, hi, 0) == 0)
+		return;
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+}
+
 static void zygote_loop(int sock)
 {
 	zygote_sock = sock;
@@ -1318,6 +1407,13 @@ static void zygote_loop(int sock)
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	prctl(PR_SET_NAME, (unsigned long)"sandcell-zygote", 0, 0, 0);
 	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+	zygote_last_cap = last_cap();
+	memset(all_cpus, 0xff, sizeof(all_cpus));
+	/* malloc's arena is set up here, once, not in every child. */
+	void *volatile warm = malloc(1);
+	free(warm);
+	if (read_file("/proc/self/setgroups", zygote_setgroups, sizeof(zygote_setgroups)) < 0)
+		zygote_setgroups_errno = errno ? errno : EIO;
 	for (;;) {
 		struct scz_request req;
 		char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
@@ -1344,8 +1440,7 @@ static void zygote_loop(int sock)
 			reply(EINVAL, 0, -1, "short or truncated request");
 		else
 			serve_one(&req, fds, nfds);
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
+		close_fds(fds, nfds);
 	}
 }
 

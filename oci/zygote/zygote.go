@@ -173,7 +173,13 @@ type Plan struct {
 
 type planWriter struct{ b []byte }
 
-func (w *planWriter) rec(key C.int, payload []byte) {
+func (w *planWriter) rec(key C.int, payload []byte) { recAppend(w, key, payload) }
+
+func (w *planWriter) str(key C.int, s string) { recAppend(w, key, s) }
+
+// recAppend appends one record; generic so that a string payload is not
+// copied into a []byte first.
+func recAppend[T string | []byte](w *planWriter, key C.int, payload T) {
 	w.b = binary.LittleEndian.AppendUint32(w.b, uint32(key))
 	w.b = binary.LittleEndian.AppendUint32(w.b, uint32(len(payload)))
 	w.b = append(w.b, payload...)
@@ -181,8 +187,6 @@ func (w *planWriter) rec(key C.int, payload []byte) {
 		w.b = append(w.b, 0)
 	}
 }
-
-func (w *planWriter) str(key C.int, s string) { w.rec(key, []byte(s)) }
 
 func (w *planWriter) strs(key C.int, list []string) {
 	for _, s := range list {
@@ -209,7 +213,8 @@ func (p *Plan) Encode() ([]byte, error) {
 			}
 		}
 	}
-	w := &planWriter{}
+	// A run's plan is about 5 KiB: one allocation, not a dozen doublings.
+	w := &planWriter{b: make([]byte, 0, 8<<10)}
 	w.str(C.SCZ_P_ROOTFS, p.Rootfs)
 	w.u32(C.SCZ_P_ROOTPROP, p.RootPropagation)
 	w.flag(C.SCZ_P_READONLYFS, p.ReadonlyRootfs)
