@@ -3,6 +3,7 @@ package conformance
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -128,7 +129,33 @@ func sandcellCommandWith(t *testing.T, extra []string, args ...string) *exec.Cmd
 	global := append([]string{"--state-dir", state, "--layer-dir", layerDir(), "--cgroup-parent", "/" + filepath.Base(state), "--log-level", "info", "--pool-size", "0"}, extra...)
 	cmd := exec.Command(bin, append(append(global, "serve"), args...)...)
 	cmd.Stderr = &testLogWriter{t: t, prefix: "sandcell: "}
+	cmd.WaitDelay = serverWaitDelay
 	return cmd
+}
+
+// serverWaitDelay bounds how long Wait waits, after a server exited, for
+// the last holder of its stderr pipe to close it. A process of a server
+// killed with -9 may outlive it until the next start's Recover (a run in
+// flight: its program runs on); once, in CI, one held the pipe for 18
+// minutes and the suite timed out in Wait, before the restart that would
+// have removed it. waitServer names what held it.
+const serverWaitDelay = 20 * time.Second
+
+// waitServer waits for a server that was told to exit or was killed and
+// logs, if its stderr stayed open past serverWaitDelay, the processes of
+// the host that still name its state directory or are sandcell's.
+func waitServer(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Wait(); errors.Is(err, exec.ErrWaitDelay) {
+		out, _ := exec.Command("ps", "-eo", "pid,ppid,etime,stat,args").Output()
+		var held []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "sandcell") || strings.Contains(l, "runc") {
+				held = append(held, l)
+			}
+		}
+		t.Logf("the server's stderr stayed open %s after it exited; sandcell's processes now:\n%s", serverWaitDelay, strings.Join(held, "\n"))
+	}
 }
 
 // startServer runs a server command that listens (--http or --tcp on a

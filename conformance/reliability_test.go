@@ -934,6 +934,7 @@ func flagValue(cmd *exec.Cmd, name string) string {
 func sameServer(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
 	c := exec.Command(cmd.Path, cmd.Args[1:]...)
 	c.Stderr = &testLogWriter{t: t, prefix: "sandcell (restarted): "}
+	c.WaitDelay = serverWaitDelay
 	return c
 }
 

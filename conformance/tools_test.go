@@ -481,7 +481,7 @@ func TestToolsSessionSurvivesRestart(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Wait()
+	waitServer(t, cmd)
 	c.cs.Close()
 
 	c = connect(t, ctx, serve(), nil, "2025-11-25")
