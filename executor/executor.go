@@ -294,10 +294,10 @@ func (e *Executor) Parent() *limits.Parent { return e.parent }
 // Pool is the warm pool (nil when off).
 func (e *Executor) Pool() *oci.Pool { return e.pool }
 
-// GVisorPool is the warm pool of gVisor sandboxes: nil when pools are off
+// gvisorPool is the warm pool of gVisor sandboxes: nil when pools are off
 // or the gVisor backend was not made yet (it is made on first use; this
 // does not make it).
-func (e *Executor) GVisorPool() *oci.Pool {
+func (e *Executor) gvisorPool() *oci.Pool {
 	if !e.gvMade.Load() {
 		return nil
 	}
@@ -309,7 +309,7 @@ func (e *Executor) GVisorPool() *oci.Pool {
 func (e *Executor) PoolStats() (oci.PoolStats, int) {
 	var sum oci.PoolStats
 	idle := 0
-	for _, p := range []*oci.Pool{e.pool, e.GVisorPool()} {
+	for _, p := range []*oci.Pool{e.pool, e.gvisorPool()} {
 		if p == nil {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,9 +75,7 @@ func gvHold() {
 	if n, _ := hold.Read(b[:]); n != 1 {
 		os.Exit(125) // closed without a go-ahead: the run was destroyed
 	}
-	create := gvHoldCommand(runsc, append(append(flags, "create", "--bundle", bundle, "--pid-file", pidFile), id)...)
-	create.Stdin = os.Stdin
-	if err := create.Run(); err != nil {
+	if err := gvHoldRun(os.Stdin, runsc, slices.Concat(flags, []string{"create", "--bundle", bundle, "--pid-file", pidFile, id})); err != nil {
 		fail("%v", err)
 	}
 	data, err := os.ReadFile(pidFile)
@@ -109,8 +108,7 @@ func gvHold() {
 		}
 	}
 	hold.Close()
-	start := gvHoldCommand(runsc, append(flags, "start", id)...)
-	if err := start.Run(); err != nil {
+	if err := gvHoldRun(nil, runsc, slices.Concat(flags, []string{"start", id})); err != nil {
 		fmt.Fprintf(os.Stderr, "running container: runsc start: %v\n", err)
 		os.Exit(gvHoldFailed)
 	}
@@ -128,16 +126,20 @@ func gvHold() {
 	os.Exit(code)
 }
 
-// gvHoldCommand is one runsc command of the holder, its output the run's
-// (runsc reports its own errors on stderr, as under `runsc run`), bounded
-// in time: create and start take well under a second.
-func gvHoldCommand(runsc string, args ...string) *exec.Cmd {
+// gvHoldRun runs one runsc command of the holder, stdin the sandbox's
+// (create: the sandbox keeps it) or none, its output the run's (runsc
+// reports its own errors on stderr, as under `runsc run`), bounded in
+// time: create and start take well under a second.
+func gvHoldRun(stdin *os.File, runsc string, args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	_ = cancel // the holder exits soon; the timer goes with it
+	defer cancel()
 	cmd := exec.CommandContext(ctx, runsc, args...)
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.Env = os.Environ()
-	return cmd
+	return cmd.Run()
 }
 
 // gvHoldWait waits for the sandbox process pid (the holder's child since
