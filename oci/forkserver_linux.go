@@ -183,8 +183,10 @@ func (f *forkServer) spawn() error {
 	return nil
 }
 
-// cpuTime is the CPU time the zygotes used so far (the running one's from
-// its schedstat: nanoseconds, where /proc's stat counts 10 ms ticks).
+// cpuTime is the CPU time the zygotes used so far, their keepers' included
+// (the running ones' from their schedstat: nanoseconds, where /proc's stat
+// counts 10 ms ticks; a keeper is the zygote's only child, the runs being
+// sandcell's).
 func (f *forkServer) cpuTime() time.Duration {
 	if f == nil {
 		return 0
@@ -193,13 +195,29 @@ func (f *forkServer) cpuTime() time.Duration {
 	pid, total := f.pid, f.cpu
 	f.mu.Unlock()
 	if pid > 0 {
-		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/schedstat"); err == nil {
-			if ns, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64); err == nil {
-				total += time.Duration(ns)
+		p := strconv.Itoa(pid)
+		total += schedTime(p)
+		if kids, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children"); err == nil {
+			for _, k := range strings.Fields(string(kids)) {
+				total += schedTime(k)
 			}
 		}
 	}
 	return total
+}
+
+// schedTime is the CPU time of process pid from its schedstat, 0 if gone.
+func schedTime(pid string) time.Duration {
+	b, err := os.ReadFile("/proc/" + pid + "/schedstat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	ns, _ := strconv.ParseInt(f[0], 10, 64)
+	return time.Duration(ns)
 }
 
 // seccompProgram is the runtime's filter as libcontainer would load it.
@@ -259,8 +277,10 @@ func seccompCaptureMain() {
 
 // start starts config's init through the zygote, set up and waiting for
 // exec; errForkUnsupported (nothing done) when the fork server cannot.
-// parent, if set, gets the run's cgroup (limits.Run).
-func (f *forkServer) start(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec, parent *limits.Parent) (_ initProc, retErr error) {
+// parent, if set, gets the run's cgroup (limits.Run); fill, if set, runs
+// once that cgroup has its limits, before the child is cloned (a fill
+// helper charged to the run's memory: a session's files, large ones).
+func (f *forkServer) start(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec, parent *limits.Parent, fill func() error) (_ initProc, retErr error) {
 	plan, req, err := compilePlan(config, p, id)
 	if err != nil {
 		return nil, err
@@ -309,6 +329,18 @@ func (f *forkServer) start(ctx context.Context, id string, config *configs.Confi
 			}
 		}()
 		phase(id, "cgroup")
+	}
+	if fill != nil {
+		if err := fill(); err != nil {
+			return nil, err
+		}
+		// /work is filled (its helper spent): libcontainer cannot take
+		// the run over any more.
+		defer func() {
+			if errors.Is(retErr, errForkUnsupported) {
+				retErr = fmt.Errorf("%w: fork server: %v", ErrRuntime, retErr)
+			}
+		}()
 	}
 	var tasks []*os.File
 	var cgdir *os.File

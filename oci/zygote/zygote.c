@@ -32,6 +32,7 @@
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -70,6 +71,7 @@
 #endif
 
 static int zygote_sock = -1;
+static int keeper_sock = -1; /* the keeper's socket ("Runs end with sandcell") */
 
 /* The most fds a request carries. */
 #define MAX_FDS (5 + SCZ_MAX_EXTRA + SCZ_MAX_SOURCES + SCZ_MAX_TASKS + 1)
@@ -1292,6 +1294,8 @@ static void reply(int status, pid_t pid, int pidfd, const char *fmt, ...)
 		_exit(0); /* sandcell is gone */
 }
 
+static int keep(int pidfd);
+
 static void serve_one(const struct scz_request *req, int *fds, int nfds)
 {
 	int want = 5 + (int)req->nextra + (int)req->nsources + (int)req->ntasks + (req->cgroup2 ? 1 : 0);
@@ -1323,6 +1327,8 @@ static void serve_one(const struct scz_request *req, int *fds, int nfds)
 	if (pid == 0) {
 		close(zygote_sock);
 		zygote_sock = -1;
+		if (keeper_sock >= 0)
+			close(keeper_sock);
 		close(mapsync[1]);
 		child_main(req, fds, nfds, mapsync[0]);
 	}
@@ -1373,6 +1379,16 @@ static void serve_one(const struct scz_request *req, int *fds, int nfds)
 		close(pidfd);
 		return;
 	}
+	/* Kept before it may go on: a child whose zygote dies before this
+	 * reads the end of mapsync and exits. */
+	if (keep(pidfd) < 0) {
+		e = errno;
+		syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+		close(mapsync[1]);
+		reply(e ? e : EIO, pid, pidfd, "hand the run to the keeper: %s", strerror(e));
+		close(pidfd);
+		_exit(1); /* without its keeper: sandcell starts a new zygote */
+	}
 	(void)!write(mapsync[1], "1", 1);
 	close(mapsync[1]);
 	reply(0, pid, pidfd, NULL);
@@ -1400,11 +1416,200 @@ static void close_fds(const int *fds, int nfds)
 		close(fds[i]);
 }
 
+/* ------------------------------------------------------------------ */
+/* The keeper: runs end with sandcell                                   */
+
+/* What this defends against: a sandbox outliving the sandcell that started
+ * it. A run's processes are sandcell's children (CLONE_PARENT), so a server
+ * killed with -9 (the OOM killer, a client's or a CI job's SIGKILL, a
+ * crash) used to leave them running, reparented to init, with nobody left
+ * to enforce their wall-clock limit: a program that sleeps, or a pooled
+ * interpreter waiting for its code, lived until the next sandcell start's
+ * Recover. The program cannot carry a parent-death signal of its own:
+ * runc's init sets none and a program can read it (PR_GET_PDEATHSIG, which
+ * TestForkServerEquivalence compares), and the zygote cannot hold the runs'
+ * pidfds itself: every child gets a copy of its fd table, and one sized for
+ * many pidfds shows in the program's /proc/self/status (FDSize).
+ *
+ * So the zygote forks a keeper when it starts: a process of its own
+ * session (a kill of sandcell's process group does not take it) that holds
+ * a pidfd of sandcell and one of every run the zygote started, each sent
+ * before the run may proceed (a zygote killed before that leaves a child
+ * that exits at its map sync). When sandcell's pidfd reports its exit, the
+ * keeper SIGKILLs every run not yet ended (its pid 1: the kernel then kills
+ * the rest of its pid namespace) and exits. A pidfd names one process for
+ * good: a run that ended is never confused with a later process that got
+ * its pid. The keeper outlives a zygote that dies while sandcell lives (its
+ * runs are sandcell's and go on) until its runs have ended. Without
+ * pidfd_open (a kernel before 5.3, a seccomp policy around sandcell) there
+ * is no keeper and runs wait for the next start's Recover, as before. */
+/* keeper_take receives the pidfds the zygote sent, appending them to
+ * *live (growing it); flags MSG_DONTWAIT drains without blocking. Returns
+ * 0 when the zygote's end is closed, -1 when nothing (more) is there, 1
+ * after a message. */
+static int keeper_take(int sock, int **live, int *nlive, int *cap, int flags)
+{
+	char b;
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = {.iov_base = &b, .iov_len = 1};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+	ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags);
+	if (n == 0)
+		return 0;
+	if (n < 0)
+		return errno == EINTR ? 1 : -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))
+			continue;
+		int fd;
+		memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+		if (*nlive == *cap) {
+			int c = *cap ? *cap * 2 : 64;
+			int *l = realloc(*live, (size_t)c * sizeof(int));
+			if (!l) {
+				/* Cannot keep it: the run is ended now rather than
+				 * left without a keeper. */
+				syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+				close(fd);
+				continue;
+			}
+			*live = l;
+			*cap = c;
+		}
+		(*live)[(*nlive)++] = fd;
+	}
+	return 1;
+}
+
+static void keeper_loop(int sock, int sandcell) __attribute__((noreturn));
+static void keeper_loop(int sock, int sandcell)
+{
+	prctl(PR_SET_NAME, (unsigned long)"sandcell-keeper", 0, 0, 0);
+	setsid();
+	/* Nothing of sandcell's stdio: a client waiting for the end of the
+	 * server's stderr must not wait for the keeper. */
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null >= 0) {
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(null, 2);
+		close(null);
+	}
+	/* One fd per live run: as many as the hard limit allows. */
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
+	}
+	int *live = NULL, nlive = 0, cap = 0, zygote_open = 1;
+	struct pollfd *p = NULL;
+	int pcap = 0;
+	for (;;) {
+		if (!zygote_open && nlive == 0)
+			_exit(0); /* the zygote is gone and so are its runs */
+		if (nlive + 2 > pcap) {
+			int c = 2 * (nlive + 2);
+			struct pollfd *q = realloc(p, (size_t)c * sizeof(*q));
+			if (!q)
+				goto end;
+			p = q;
+			pcap = c;
+		}
+		int np = 0;
+		p[np++] = (struct pollfd){.fd = sandcell, .events = POLLIN};
+		p[np++] = (struct pollfd){.fd = zygote_open ? sock : -1, .events = POLLIN};
+		for (int i = 0; i < nlive; i++)
+			p[np++] = (struct pollfd){.fd = live[i], .events = POLLIN};
+		if (poll(p, np, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			goto end;
+		}
+		if (p[0].revents)
+			goto end;
+		/* Runs that ended (backwards: a removal moves the last one in,
+		 * which was looked at already). */
+		for (int i = nlive - 1; i >= 0; i--) {
+			if (p[2 + i].revents) {
+				close(live[i]);
+				live[i] = live[--nlive];
+			}
+		}
+		if (zygote_open && p[1].revents && keeper_take(sock, &live, &nlive, &cap, 0) == 0) {
+			zygote_open = 0;
+			close(sock);
+		}
+	}
+end:
+	/* sandcell is gone: every run the zygote sent, those still in the
+	 * socket included, ends now. */
+	while (zygote_open && keeper_take(sock, &live, &nlive, &cap, MSG_DONTWAIT) > 0)
+		;
+	for (int i = 0; i < nlive; i++)
+		syscall(SYS_pidfd_send_signal, live[i], SIGKILL, NULL, 0);
+	_exit(0);
+}
+
+/* start_keeper forks the keeper (see above); without pidfd_open or on any
+ * failure there is none (keeper_sock stays -1). */
+static void start_keeper(void)
+{
+	pid_t ppid = getppid();
+	int sandcell = (int)syscall(SYS_pidfd_open, ppid, 0);
+	if (sandcell < 0)
+		return;
+	if (getppid() != ppid)
+		_exit(0); /* sandcell died before we looked: no run yet */
+	int ks[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ks) < 0) {
+		close(sandcell);
+		return;
+	}
+	pid_t k = fork();
+	if (k == 0) {
+		close(zygote_sock);
+		close(ks[0]);
+		keeper_loop(ks[1], sandcell);
+	}
+	close(ks[1]);
+	close(sandcell);
+	if (k < 0) {
+		close(ks[0]);
+		return;
+	}
+	keeper_sock = ks[0];
+}
+
+/* keep sends a run's pidfd to the keeper; -1 if it could not. */
+static int keep(int pidfd)
+{
+	if (keeper_sock < 0)
+		return 0;
+	char b = 'k';
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	memset(cbuf, 0, sizeof(cbuf));
+	struct iovec iov = {.iov_base = &b, .iov_len = 1};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &pidfd, sizeof(int));
+	for (;;) {
+		if (sendmsg(keeper_sock, &msg, MSG_NOSIGNAL) == 1)
+			return 0;
+		if (errno != EINTR)
+			return -1;
+	}
+}
+
 static void zygote_loop(int sock)
 {
 	zygote_sock = sock;
-	/* Gone with sandcell: the socket's end also ends the loop. */
+	/* Gone with sandcell: the socket's end also ends the loop. Its runs
+	 * end with it through the keeper. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	start_keeper();
 	prctl(PR_SET_NAME, (unsigned long)"sandcell-zygote", 0, 0, 0);
 	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 	zygote_last_cap = last_cap();
