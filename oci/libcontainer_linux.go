@@ -314,13 +314,17 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	// It never reached the program anyway (runc's init clears it with
 	// clone). A killed server's sandboxes are removed by the next start's
 	// Recover.
+	// The fill, once the run's cgroup has its limits: the fork server
+	// calls it when it has made the cgroup, before the child is cloned;
+	// libcontainer from a hook (startInit).
 	var fillErr error
+	var fill func() error
 	if fh != nil {
 		target := r.fillTarget(id)
-		config.Hooks = configs.Hooks{configs.CreateRuntime: {configs.NewFunctionHook(func(*specs.State) error {
+		fill = func() error {
 			fillErr = run.fill(ctx, fh, req, uid, gid, target)
 			return fillErr
-		})}}
+		}
 	}
 	rlimits, err := toRlimits(spec.Process.Rlimits)
 	if err != nil {
@@ -352,7 +356,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 			return nil, err
 		}
 	}
-	init, err := r.startInit(ctx, id, config, p, spec, req.direct)
+	init, err := r.startInit(ctx, id, config, p, spec, req.direct, fill)
 	run.childStarted()
 	if pre != nil {
 		pre.started()
@@ -426,13 +430,21 @@ func (r *Libcontainer) fillTarget(id string) *cgroupTarget {
 
 // startInit starts the container's init, waiting for exec: through the
 // fork server when it can start this config, else through libcontainer.
-func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec, direct bool) (initProc, error) {
+// fill, if set, fills /work once the run's cgroup has its limits and
+// before the program is looked up (runc checks argv[0] at create: it may
+// be a file of /work, a session's or a compiled program).
+func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec, direct bool, fill func() error) (initProc, error) {
 	if r.fork != nil && !direct {
-		init, err := r.fork.start(ctx, id, config, p, spec, r.cfg.Cgroups)
+		init, err := r.fork.start(ctx, id, config, p, spec, r.cfg.Cgroups, fill)
 		if !errors.Is(err, errForkUnsupported) {
 			return init, err
 		}
 		r.log.Debug("fork server cannot start this container; libcontainer does", "container_id", id, "why", err)
+	}
+	if fill != nil {
+		// libcontainer runs it once it has made the cgroup and init has
+		// mounted /work.
+		config.Hooks = configs.Hooks{configs.CreateRuntime: {configs.NewFunctionHook(func(*specs.State) error { return fill() })}}
 	}
 	lc, err := libcontainer.Create(r.stateRoot(), id, config)
 	if err != nil {
