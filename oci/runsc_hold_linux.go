@@ -7,9 +7,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -71,6 +74,18 @@ func gvHold() {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fail("become a child subreaper: %v", err)
 	}
+	// sandcell's death (the holder's parent-death signal is SIGTERM) ends
+	// the sandbox too, idle or running: gVisor's sentry and gofer are the
+	// holder's children, not sandcell's, and nothing else would stop
+	// them before the next start's Recover.
+	var sandbox atomic.Int64
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	go func() {
+		<-term
+		gvHoldEnd(int(sandbox.Load()))
+		os.Exit(125)
+	}()
 	var b [1]byte
 	if n, _ := hold.Read(b[:]); n != 1 {
 		os.Exit(125) // closed without a go-ahead: the run was destroyed
@@ -83,6 +98,7 @@ func gvHold() {
 	if err != nil || perr != nil || pid <= 1 {
 		fail("read the sandbox's pid file: %v", errors.Join(err, perr))
 	}
+	sandbox.Store(int64(pid))
 	// The sandbox's end, from now on: while it is idle (killed, out of
 	// memory) the holder exits at once, so the pool sees it gone and
 	// never hands it out.
@@ -102,8 +118,10 @@ func gvHold() {
 		os.Exit(125)
 	case ok := <-goAhead:
 		if !ok {
-			// Destroyed idle: the sandbox is killed through the run's
-			// cgroup.
+			// Destroyed idle, or sandcell is gone (its end of the pipe
+			// closed with it): the sandbox ends here, as it does
+			// through the run's cgroup when sandcell destroys it.
+			gvHoldEnd(pid)
 			os.Exit(125)
 		}
 	}
@@ -124,6 +142,48 @@ func gvHold() {
 		}
 	}
 	os.Exit(code)
+}
+
+// gvHoldEnd SIGKILLs the sandbox process (pid, 0 before create reported
+// it) and every child of the holder: as the subreaper of its subtree it
+// is the parent of gVisor's gofer and sandbox once `runsc create` exits,
+// and of whatever a killed runsc command leaves, so a few rounds catch
+// the processes that are reparented to it meanwhile.
+func gvHoldEnd(pid int) {
+	if pid > 1 {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	for range 5 {
+		kids := holderChildren()
+		if len(kids) == 0 {
+			return
+		}
+		for _, k := range kids {
+			_ = unix.Kill(k, unix.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// holderChildren lists this process's live children, from each thread's
+// /proc children file (a child belongs to the thread that forked it or
+// that it was reparented to). Only this process's own children are named
+// there: a pid read is not yet reaped, so it cannot have been reused.
+func holderChildren() []int {
+	tasks, _ := os.ReadDir("/proc/self/task")
+	var kids []int
+	for _, t := range tasks {
+		data, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if k, err := strconv.Atoi(f); err == nil && k > 1 {
+				kids = append(kids, k)
+			}
+		}
+	}
+	return kids
 }
 
 // gvHoldRun runs one runsc command of the holder, stdin the sandbox's

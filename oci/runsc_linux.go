@@ -297,8 +297,14 @@ func (g *Runsc) prepare(ctx context.Context, req *Request, ahead bool) (_ *gvCon
 		cmd.ExtraFiles = append(cmd.ExtraFiles, readyW)
 	}
 	// Its own process group, so that a kill reaches runsc's children too,
-	// and gone with sandcell.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// and gone with sandcell: `runsc run` killed with it ends its sandbox;
+	// a pooled sandbox's holder is told with SIGTERM and ends the sandbox
+	// it holds, whose processes are its children, not runsc's (gvHold).
+	death := syscall.SIGKILL
+	if ahead {
+		death = syscall.SIGTERM
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: death}
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	// From the spawner thread: Pdeathsig fires when the forking thread
 	// exits (see startChild).
