@@ -173,13 +173,12 @@ func TestReliabilityCrashRecovery(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// What the death leaves before anything cleans up. The programs do
-	// not die with the server: libcontainer puts the parent-death signal
-	// on the first `init` process only, and runc's nsexec clones the
-	// container's init from it, which clears the signal (clone(2)). The
-	// orphans are re-parented and run on, past their wall-clock limit
-	// (the server's timer enforced it), until the next start's Recover
-	// kills them. Logged, not asserted: the guarantee is the restart's.
+	// What the death leaves before anything cleans up. The runs die with
+	// the server: they were started by its fork server (the default),
+	// whose keeper holds a pidfd of each and SIGKILLs them when the
+	// server's process is gone (SECURITY.md, "The fork server"). Before
+	// the keeper they ran on, re-parented, past their wall-clock limit
+	// (the server's timer enforced it) until the next start's Recover.
 	if err := eventually(5*time.Second, func() error {
 		if left := ours(sandboxProcs(), parent); len(left) > 0 {
 			return fmt.Errorf("%d sandbox processes alive: %v", len(left), left)
@@ -187,7 +186,7 @@ func TestReliabilityCrashRecovery(t *testing.T) {
 		return nil
 	}); err != nil {
 		left := ours(sandboxProcs(), parent)
-		t.Logf("5 s after SIGKILL, %d sandbox processes of the dead server still run (children: %s): %v", len(left), parents(left, serverPID), left)
+		t.Errorf("5 s after SIGKILL, %d sandbox processes of the dead server still run (children: %s): %v", len(left), parents(left, serverPID), left)
 	} else {
 		t.Logf("every sandbox process of the dead server was gone %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
 	}

@@ -415,17 +415,21 @@ func TestPoolBurst(t *testing.T) {
 // TestPoolRecover: a server killed with -9 leaves its pooled containers
 // (init alive, waiting for a program); the next start's Recover removes
 // them like any other.
+//
+// Idle containers started by the fork server, and a gVisor pool's idle
+// sandboxes, end with the killed server itself (the zygote, the holder);
+// libcontainer's own start leaves them to Recover.
 func TestPoolRecover(t *testing.T) {
-	t.Run("runc", func(t *testing.T) { testPoolRecover(t, newTestEnv(t)) })
+	t.Run("runc", func(t *testing.T) { testPoolRecover(t, newTestEnv(t), false) })
+	t.Run("forkserver", func(t *testing.T) { testPoolRecover(t, newTestEnv(t), true) })
 	// A gVisor pool's idle sandboxes: sentry and gofer run as root on the
 	// host (runscProcesses finds them), booted and waiting for start.
-	t.Run("gvisor", func(t *testing.T) { testPoolRecover(t, newGVisorEnv(t)) })
+	t.Run("gvisor", func(t *testing.T) { testPoolRecover(t, newGVisorEnv(t), false) })
 }
 
-func testPoolRecover(t *testing.T, e *testEnv) {
+func testPoolRecover(t *testing.T, e *testEnv, fork bool) {
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "SANDCELL_POOL_CRASH_CHILD=1", "SANDCELL_POOL_CRASH_BACKEND="+e.backend,
-		"SANDCELL_CRASH_STATE="+e.stateDir, "SANDCELL_CRASH_CGROUP="+e.cgPath, "SANDCELL_CRASH_ROOT="+layerRoot(t, "python"))
+	cmd.Env = append(crashEnv(e, layerRoot(t, "python"), fork), "SANDCELL_POOL_CRASH_CHILD=1", "SANDCELL_POOL_CRASH_BACKEND="+e.backend)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -449,6 +453,10 @@ func testPoolRecover(t *testing.T, e *testEnv) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
+	if (fork || e.backend == "gvisor") && !awaitNoSandbox(t, e.stateDir) {
+		t.Errorf("pooled containers outlived their killed server: sandbox processes %v, gVisor processes %v",
+			sandboxProcesses(t), runscProcesses(e.stateDir))
+	}
 	rt := e.newRuntime(t)
 	defer rt.Close()
 	removed, err := rt.Recover()

@@ -195,13 +195,40 @@ echo marks: $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep '^MARK=
 }
 
 // TestCrashRecovery kills a server with -9 in the middle of a run, then
-// starts another on the same state directory: nothing may be left.
+// starts another on the same state directory: nothing may be left. Under
+// the fork server the run ends with the server, before any Recover (the
+// zygote kills the runs it started when sandcell's process is gone);
+// libcontainer's own start leaves it to the next start's Recover.
 func TestCrashRecovery(t *testing.T) {
+	t.Run("libcontainer", func(t *testing.T) { testCrashRecovery(t, false) })
+	t.Run("forkserver", func(t *testing.T) { testCrashRecovery(t, true) })
+}
+
+// crashEnv is the environment of a crash child: the test env's state dir
+// and cgroup parent, the root, and whether it starts runs through the
+// fork server.
+func crashEnv(e *testEnv, root string, fork bool) []string {
+	return append(os.Environ(), "SANDCELL_CRASH_STATE="+e.stateDir, "SANDCELL_CRASH_CGROUP="+e.cgPath,
+		"SANDCELL_CRASH_ROOT="+root, "SANDCELL_CRASH_FORK="+strconv.FormatBool(fork))
+}
+
+// awaitNoSandbox waits up to 10 s for every sandbox process (sandbox
+// uids; gVisor's processes under stateDir) to be gone, and says whether
+// they are.
+func awaitNoSandbox(t *testing.T, stateDir string) bool {
+	t.Helper()
+	alive := func() int { return len(sandboxProcesses(t)) + len(runscProcesses(stateDir)) }
+	for deadline := time.Now().Add(10 * time.Second); alive() > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return alive() == 0
+}
+
+func testCrashRecovery(t *testing.T, fork bool) {
 	e := newTestEnv(t)
 	root := layerRoot(t, "sh")
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "SANDCELL_CRASH_CHILD=1",
-		"SANDCELL_CRASH_STATE="+e.stateDir, "SANDCELL_CRASH_CGROUP="+e.cgPath, "SANDCELL_CRASH_ROOT="+root)
+	cmd.Env = append(crashEnv(e, root, fork), "SANDCELL_CRASH_CHILD=1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -221,10 +248,16 @@ func TestCrashRecovery(t *testing.T) {
 	if len(findCgroup(e.cgPath, id)) == 0 {
 		t.Errorf("container %s has no cgroup while running", id)
 	}
+	if len(sandboxProcesses(t)) == 0 {
+		t.Fatalf("no sandbox process alive before the kill")
+	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
+	if fork && !awaitNoSandbox(t, e.stateDir) {
+		t.Errorf("the run outlived its killed server: sandbox processes %v", sandboxProcesses(t))
+	}
 
 	// A new server on the same state directory cleans up at start.
 	rt := e.newRuntime(t)
@@ -304,5 +337,6 @@ func crashRuntime() (*oci.Libcontainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return oci.NewLibcontainer(oci.LibcontainerConfig{StateDir: os.Getenv("SANDCELL_CRASH_STATE"), Seccomp: filter, Cgroups: parent, CgroupMode: limits.DetectMode()})
+	return oci.NewLibcontainer(oci.LibcontainerConfig{StateDir: os.Getenv("SANDCELL_CRASH_STATE"), Seccomp: filter, Cgroups: parent,
+		CgroupMode: limits.DetectMode(), ForkServer: os.Getenv("SANDCELL_CRASH_FORK") == "true"})
 }
