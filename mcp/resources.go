@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Resource is an entry of resources/list.
@@ -101,14 +102,16 @@ func (s *Server) AddResourceTemplate(t ResourceTemplate, h ResourceHandler) {
 	s.templates = append(s.templates, &registeredTemplate{tmpl: t, re: re, vars: vars, h: h})
 }
 
-var templateExpr = regexp.MustCompile(`\{(\+?)([A-Za-z0-9_]+)\}`)
+// Compiled on first use, not in every sandcell process's init (helpers
+// re-executed from the binary included).
+var templateExpr = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\{(\+?)([A-Za-z0-9_]+)\}`) })
 
 func compileTemplate(t string) (*regexp.Regexp, []string, error) {
 	var b strings.Builder
 	var vars []string
 	b.WriteString("^")
 	last := 0
-	for _, m := range templateExpr.FindAllStringSubmatchIndex(t, -1) {
+	for _, m := range templateExpr().FindAllStringSubmatchIndex(t, -1) {
 		b.WriteString(regexp.QuoteMeta(t[last:m[0]]))
 		if t[m[2]:m[3]] == "+" {
 			b.WriteString("(.+)")

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/google/jsonschema-go/jsonschema"
 )
@@ -112,7 +113,7 @@ type registeredTool struct {
 }
 
 // toolName is what the specification allows as a tool name.
-var toolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+var toolName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`) })
 
 // AddTool registers a typed tool. Unless t sets them, the input schema is
 // inferred from In and the output schema from Out (none when Out is any),
@@ -123,8 +124,8 @@ var toolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 // at start-up.
 func AddTool[In, Out any](s *Server, t *Tool, h ToolHandlerFor[In, Out]) {
 	tool := *t
-	if !toolName.MatchString(tool.Name) {
-		panic(fmt.Sprintf("mcp: tool name %q does not match %s", tool.Name, toolName))
+	if !toolName().MatchString(tool.Name) {
+		panic(fmt.Sprintf("mcp: tool name %q does not match %s", tool.Name, toolName()))
 	}
 	inSchema, err := schemaFor[In](tool.InputSchema)
 	if err != nil {

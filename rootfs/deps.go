@@ -14,7 +14,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -74,8 +73,8 @@ const DepsDir = "/tmp/deps"
 
 // check reports the first thing wrong with an installer entry.
 func (i Installer) check(c catalogue) error {
-	if !nameRE.MatchString(i.Name) {
-		return fmt.Errorf("name must match %s", nameRE)
+	if !nameRE().MatchString(i.Name) {
+		return fmt.Errorf("name must match %s", nameRE())
 	}
 	if slices.ContainsFunc(c.Languages, func(l Language) bool { return l.Name == i.Name || slices.Contains(l.Aliases, i.Name) }) {
 		return fmt.Errorf("name is a language's")
@@ -124,13 +123,13 @@ func (i Installer) Layer() Language {
 // languages, their installers' layers and their wasm variants' (Prune
 // keeps them).
 func usedLayers() []Language {
-	return append(append(slices.Clone(cat.Languages), installerLayers()...), wasmLayers()...)
+	return append(append(slices.Clone(cat().Languages), installerLayers()...), wasmLayers()...)
 }
 
 // installerLayers are the installers' layers (for Prune: they are used).
 func installerLayers() []Language {
-	out := make([]Language, len(cat.Installers))
-	for n, i := range cat.Installers {
+	out := make([]Language, len(cat().Installers))
+	for n, i := range cat().Installers {
 		out[n] = i.Layer()
 	}
 	return out
@@ -138,8 +137,8 @@ func installerLayers() []Language {
 
 // Installers returns the catalogue's installers, in catalogue order.
 func Installers() []Installer {
-	out := make([]Installer, len(cat.Installers))
-	for n, i := range cat.Installers {
+	out := make([]Installer, len(cat().Installers))
+	for n, i := range cat().Installers {
 		out[n] = i.clone()
 	}
 	return out
@@ -152,13 +151,13 @@ func InstallerFor(name string) (Installer, error) {
 	if l, ok := lookup(k); ok {
 		k = l.Name
 	}
-	for _, i := range cat.Installers {
+	for _, i := range cat().Installers {
 		if i.Language == k || i.Name == k {
 			return i.clone(), nil
 		}
 	}
 	var have []string
-	for _, i := range cat.Installers {
+	for _, i := range cat().Installers {
 		have = append(have, i.Language)
 	}
 	return Installer{}, fmt.Errorf("%w for %q (installs work for: %s)", ErrNoInstaller, name, strings.Join(have, ", "))
@@ -211,9 +210,9 @@ func (i Installer) Argv(index string, reqs []string) ([]string, error) {
 // starting with "-" would be an option of the package manager, e.g.
 // pip's --index-url pointing elsewhere or npm's --script-shell).
 var (
-	pepRE       = regexp.MustCompile(`^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(\[[A-Za-z0-9._,-]+\])?((?:(?:===|==|~=|!=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+,?)*)$`)
-	pepSepRE    = regexp.MustCompile(`[-_.]+`)
-	npmRE       = regexp.MustCompile(`^((?:@[A-Za-z0-9][A-Za-z0-9._~-]*/)?[A-Za-z0-9][A-Za-z0-9._~-]*)(?:@([A-Za-z0-9.^~<>=*|+_-]+))?$`)
+	pepRE       = lazyRE(`^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(\[[A-Za-z0-9._,-]+\])?((?:(?:===|==|~=|!=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+,?)*)$`)
+	pepSepRE    = lazyRE(`[-_.]+`)
+	npmRE       = lazyRE(`^((?:@[A-Za-z0-9][A-Za-z0-9._~-]*/)?[A-Za-z0-9][A-Za-z0-9._~-]*)(?:@([A-Za-z0-9.^~<>=*|+_-]+))?$`)
 	maxRequires = 64
 )
 
@@ -240,17 +239,17 @@ func (i Installer) NormaliseRequirements(reqs []string) ([]string, error) {
 		var name, norm string
 		switch i.Names {
 		case "pep503":
-			m := pepRE.FindStringSubmatch(r)
+			m := pepRE().FindStringSubmatch(r)
 			if m == nil {
 				return nil, fmt.Errorf("%w: %q is not a package name with optional [extras] and version constraints (e.g. requests==2.31.0); URLs, paths and options are refused", ErrInvalidRequirement, truncateReq(unsafeReq))
 			}
-			name = strings.ToLower(pepSepRE.ReplaceAllString(m[1], "-"))
+			name = strings.ToLower(pepSepRE().ReplaceAllString(m[1], "-"))
 			norm = name
 			if m[2] != "" {
 				var extras []string
 				for _, e := range strings.Split(strings.Trim(m[2], "[]"), ",") {
 					if e != "" {
-						extras = append(extras, strings.ToLower(pepSepRE.ReplaceAllString(e, "-")))
+						extras = append(extras, strings.ToLower(pepSepRE().ReplaceAllString(e, "-")))
 					}
 				}
 				slices.Sort(extras)
@@ -258,7 +257,7 @@ func (i Installer) NormaliseRequirements(reqs []string) ([]string, error) {
 			}
 			norm += strings.TrimSuffix(m[3], ",")
 		case "npm":
-			m := npmRE.FindStringSubmatch(r)
+			m := npmRE().FindStringSubmatch(r)
 			if m == nil {
 				return nil, fmt.Errorf("%w: %q is not an npm package name with an optional version (e.g. lodash@4.17.21); URLs, paths, git specs and options are refused", ErrInvalidRequirement, truncateReq(unsafeReq))
 			}
@@ -365,7 +364,7 @@ const (
 // S/deps/<key>/manifest.json; it appears by rename(2) of a finished
 // install.
 func (s *Store) Dependency(key string) (string, DepManifest, bool, error) {
-	if !hexRE.MatchString(key) {
+	if !hexRE().MatchString(key) {
 		return "", DepManifest{}, false, fmt.Errorf("dependency key %q is not 64 hex digits", key)
 	}
 	stores, err := s.stores()

@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -37,11 +36,11 @@ const (
 // npmSpecRE is an exact npm package version: "name@1.2.3" or
 // "@scope/name@1.2.3" (no ranges, tags or URLs: the pin is the version
 // and the integrity hash).
-var npmSpecRE = regexp.MustCompile(`^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*@[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+var npmSpecRE = lazyRE(`^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*@[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 
 // check reports the first thing wrong with a fetch entry.
 func (f Fetch) check() error {
-	if !npmSpecRE.MatchString(f.NPM) {
+	if !npmSpecRE().MatchString(f.NPM) {
 		return errors.New(`npm must be an exact "name@version"`)
 	}
 	if _, err := f.sum(); err != nil {

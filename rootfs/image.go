@@ -13,7 +13,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -77,7 +76,7 @@ const (
 
 // imageNameRE is what an image name may look like: a reference as docker
 // writes them (python:3.12-slim, registry.example/team/build:2024.1).
-var imageNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$`)
+var imageNameRE = lazyRE(`^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$`)
 
 // ImageConfig is what a run takes from an image's configuration.
 type ImageConfig struct {
@@ -200,8 +199,8 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 	opts.MaxEntries = cmp.Or(opts.MaxEntries, DefaultImageMaxEntries)
 	opts.MaxDepth = cmp.Or(opts.MaxDepth, DefaultImageMaxDepth)
 	opts.MaxLayers = cmp.Or(opts.MaxLayers, DefaultImageMaxLayers)
-	if opts.Name != "" && !imageNameRE.MatchString(opts.Name) {
-		return Image{}, fmt.Errorf("%w: name %q must match %s", ErrBadImage, truncateReq(opts.Name), imageNameRE)
+	if opts.Name != "" && !imageNameRE().MatchString(opts.Name) {
+		return Image{}, fmt.Errorf("%w: name %q must match %s", ErrBadImage, truncateReq(opts.Name), imageNameRE())
 	}
 	src, err := openImageSource(unsafePath)
 	if err != nil {
@@ -216,7 +215,7 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 	if name == "" {
 		return Image{}, fmt.Errorf("%w: the image names itself nothing: give it a name (--name NAME)", ErrBadImage)
 	}
-	if !imageNameRE.MatchString(name) {
+	if !imageNameRE().MatchString(name) {
 		return Image{}, fmt.Errorf("%w: the image calls itself %q, which is not a valid name: give one (--name NAME)", ErrBadImage, truncateReq(name))
 	}
 	if len(ri.layers) > opts.MaxLayers {
@@ -472,7 +471,7 @@ func (s *Store) Images() ([]Image, error) {
 	var out []Image
 	for _, e := range entries {
 		key, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || !hexRE.MatchString(key) {
+		if !ok || !hexRE().MatchString(key) {
 			continue
 		}
 		var img Image
@@ -491,7 +490,7 @@ func (s *Store) Images() ([]Image, error) {
 // Image returns the imported image of that name. The error wraps
 // ErrUnknownImage when there is none.
 func (s *Store) Image(name string) (Image, error) {
-	if !imageNameRE.MatchString(name) {
+	if !imageNameRE().MatchString(name) {
 		return Image{}, fmt.Errorf("%w %q: not an image name", ErrUnknownImage, truncateReq(name))
 	}
 	dir, err := s.dir()
@@ -566,7 +565,7 @@ func (s *Store) imageStack(img Image) (stack, error) {
 	st := stack{layers: []layerRef{skel}}
 	for i := len(img.Layers) - 1; i >= 0; i-- {
 		h := hexID(img.Layers[i])
-		if !hexRE.MatchString(h) {
+		if !hexRE().MatchString(h) {
 			return stack{}, fmt.Errorf("image %s: bad layer id %q", img.Name, img.Layers[i])
 		}
 		st.layers = append(st.layers, layerRef{hex: h, store: filepath.Join(dir, imagesDir)})
@@ -717,7 +716,7 @@ func (s *Store) pruneImageLayers(res *Pruned) error {
 	var errs []error
 	for _, e := range entries {
 		h := e.Name()
-		if !hexRE.MatchString(h) || used[h] {
+		if !hexRE().MatchString(h) || used[h] {
 			continue
 		}
 		rec, _ := s.imageLayer(h)
@@ -739,11 +738,11 @@ func tmpLock(name string) (lock string, ok bool) {
 	for _, kind := range []string{"imglayer", "imgref"} {
 		if rest, found := strings.CutPrefix(name, kind+"-"); found {
 			key, _, _ := strings.Cut(rest, "-")
-			return kind + "-" + key + ".lock", hexRE.MatchString(key)
+			return kind + "-" + key + ".lock", hexRE().MatchString(key)
 		}
 	}
 	key, _, _ := strings.Cut(name, "-")
-	return "recipe-" + key + ".lock", hexRE.MatchString(key)
+	return "recipe-" + key + ".lock", hexRE().MatchString(key)
 }
 
 // tmpPath is a fresh name in the store's tmp/ for work whose lock is

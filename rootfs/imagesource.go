@@ -16,7 +16,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -151,7 +150,7 @@ func archiveSource(file string) (*imageSource, error) {
 }
 
 // digestRE is the one digest algorithm sandcell verifies.
-var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+var digestRE = lazyRE(`^sha256:[0-9a-f]{64}$`)
 
 // verifier hashes and counts what is read through it and fails the read
 // that reaches the end if the content is not the expected digest and
@@ -198,7 +197,7 @@ func (v *verifier) sum() string { return "sha256:" + hex.EncodeToString(v.h.Sum(
 
 // blobName is the file of a blob in an OCI layout.
 func blobName(digest string) (string, error) {
-	if !digestRE.MatchString(digest) {
+	if !digestRE().MatchString(digest) {
 		return "", fmt.Errorf("%w: digest %q is not sha256:<64 hex digits> (the only algorithm sandcell verifies)", ErrBadImage, truncateReq(digest))
 	}
 	return "blobs/sha256/" + digest[len("sha256:"):], nil
@@ -412,7 +411,7 @@ func (src *imageSource) resolveDocker() (resolvedImage, error) {
 // states none.
 func fileDigest(name, ext string) string {
 	base := strings.TrimPrefix(strings.TrimSuffix(path.Base(name), ext), "sha256:")
-	if hexRE.MatchString(base) {
+	if hexRE().MatchString(base) {
 		return "sha256:" + base
 	}
 	return ""
@@ -442,7 +441,7 @@ func (src *imageSource) readConfig(img *resolvedImage, file, digest string, size
 		return fmt.Errorf("%w: the image has no layers", ErrBadImage)
 	}
 	for _, d := range c.RootFS.DiffIDs {
-		if !digestRE.MatchString(string(d)) {
+		if !digestRE().MatchString(string(d)) {
 			return fmt.Errorf("%w: diff id %q is not sha256:<64 hex digits>", ErrBadImage, truncateReq(string(d)))
 		}
 	}

@@ -54,7 +54,7 @@ func KernelDriver(l Language) (map[string][]byte, error) {
 // KernelLanguages names the languages with a kernel, in catalogue order.
 func KernelLanguages() []string {
 	var names []string
-	for _, l := range cat.Languages {
+	for _, l := range cat().Languages {
 		if l.Kernel != nil {
 			names = append(names, l.Name)
 		}

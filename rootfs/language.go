@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/sandcell/sandcell/api"
 )
@@ -115,26 +116,37 @@ type catalogue struct {
 //go:embed languages.json
 var languagesJSON []byte
 
-// cat is parsed once at start-up. The file is compiled in and checked by
-// TestCatalogue, so a malformed catalogue is a programmer error: the parse
-// panics rather than making every Lookup return an error.
-var cat = func() catalogue {
+// cat is the catalogue, parsed on first use, not at start-up: every
+// sandcell process would pay it (about 3 ms and 4,500 allocations of
+// package init), helpers re-executed from the binary included (a
+// session run's fill helper, a gVisor run's holder). The file is compiled
+// in and checked by TestCatalogue, so a malformed catalogue is a
+// programmer error: the parse panics rather than making every Lookup
+// return an error.
+var cat = sync.OnceValue(func() *catalogue {
 	c, err := parseCatalogue(languagesJSON)
 	if err != nil {
 		panic("rootfs: languages.json: " + err.Error())
 	}
-	return c
-}()
+	return &c
+})
+
+// lazyRE is a regular expression compiled on first use: compiled at
+// package init, the package's ten cost every sandcell process about half
+// a millisecond, helpers re-executed from the binary included (cat).
+func lazyRE(pattern string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(pattern) })
+}
 
 // nameRE is what a language name may look like: no slashes, dots first, or
 // upper case.
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+_-]{0,31}$`)
+var nameRE = lazyRE(`^[a-z0-9][a-z0-9+_-]{0,31}$`)
 
 // suiteRE is what a Debian suite name may look like.
-var suiteRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
+var suiteRE = lazyRE(`^[a-z0-9][a-z0-9.-]*$`)
 
 // debianPackageRE is Debian Policy 5.6.7's package name syntax.
-var debianPackageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+var debianPackageRE = lazyRE(`^[a-z0-9][a-z0-9+.-]+$`)
 
 // parseCatalogue decodes and checks the catalogue, rejecting unknown fields
 // so that a typo in a field name is an error, not a silently empty field.
@@ -148,7 +160,7 @@ func parseCatalogue(data []byte) (catalogue, error) {
 	if dec.More() {
 		return catalogue{}, fmt.Errorf("trailing data after the catalogue")
 	}
-	if !suiteRE.MatchString(c.Suite) {
+	if !suiteRE().MatchString(c.Suite) {
 		return catalogue{}, fmt.Errorf("invalid suite %q", c.Suite)
 	}
 	if err := checkRecipe(c.Base.Packages, c.Base.Setup, c.Base.Links, append(slices.Clone(c.Trim), c.Base.Trim...)); err != nil {
@@ -211,10 +223,10 @@ func parseCatalogue(data []byte) (catalogue, error) {
 // check reports the first thing wrong with one catalogue entry.
 func (l Language) check() error {
 	switch {
-	case !nameRE.MatchString(l.Name):
-		return fmt.Errorf("name must match %s", nameRE)
-	case l.Image != "" && !imageNameRE.MatchString(l.Image):
-		return fmt.Errorf("image %q must match %s", l.Image, imageNameRE)
+	case !nameRE().MatchString(l.Name):
+		return fmt.Errorf("name must match %s", nameRE())
+	case l.Image != "" && !imageNameRE().MatchString(l.Image):
+		return fmt.Errorf("image %q must match %s", l.Image, imageNameRE())
 	case l.Image != "" && (len(l.Packages) > 0 || l.Extends != "" || len(l.Setup) > 0 || len(l.Links) > 0 || len(l.Trim) > 0):
 		return fmt.Errorf("a language with an image has no packages, extends or build recipe")
 	case len(l.Packages) == 0 && len(l.Fetch) == 0 && l.Image == "":
@@ -229,7 +241,7 @@ func (l Language) check() error {
 		return fmt.Errorf("compile must be an argv with an absolute program path")
 	case l.Extends == l.Name:
 		return fmt.Errorf("extends itself")
-	case l.Extends != "" && !nameRE.MatchString(l.Extends):
+	case l.Extends != "" && !nameRE().MatchString(l.Extends):
 		return fmt.Errorf("extends %q: not a language name", l.Extends)
 	case !l.Compiled() && !l.CompileLimits.IsZero():
 		return fmt.Errorf("compile_limits without compile")
@@ -261,7 +273,7 @@ func (l Language) check() error {
 // checkRecipe checks the build fields shared by Base and Language.
 func checkRecipe(packages []string, setup [][]string, links map[string]string, trim []string) error {
 	for _, p := range packages {
-		if !debianPackageRE.MatchString(p) {
+		if !debianPackageRE().MatchString(p) {
 			return fmt.Errorf("invalid Debian package name %q", p)
 		}
 	}
@@ -301,7 +313,7 @@ func Lookup(name string) (Language, error) {
 
 func lookup(name string) (Language, bool) {
 	k := strings.ToLower(strings.TrimSpace(name))
-	for _, l := range cat.Languages {
+	for _, l := range cat().Languages {
 		if l.Name == k || slices.Contains(l.Aliases, k) {
 			return l, true
 		}
@@ -312,8 +324,8 @@ func lookup(name string) (Language, bool) {
 // Languages returns every language in the catalogue, in catalogue order.
 // The result is a copy: changing it does not change the catalogue.
 func Languages() []Language {
-	ls := make([]Language, len(cat.Languages))
-	for i, l := range cat.Languages {
+	ls := make([]Language, len(cat().Languages))
+	for i, l := range cat().Languages {
 		ls[i] = l.clone()
 	}
 	return ls
@@ -322,15 +334,15 @@ func Languages() []Language {
 // Names returns the canonical names of the catalogue's languages, in
 // catalogue order.
 func Names() []string {
-	names := make([]string, len(cat.Languages))
-	for i, l := range cat.Languages {
+	names := make([]string, len(cat().Languages))
+	for i, l := range cat().Languages {
 		names[i] = l.Name
 	}
 	return names
 }
 
 // Suite is the Debian suite the layers are built from, e.g. "bookworm".
-func Suite() string { return cat.Suite }
+func Suite() string { return cat().Suite }
 
 // clone deep-copies l so callers cannot modify the shared catalogue.
 func (l Language) clone() Language {

@@ -418,7 +418,7 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if !hexRE.MatchString(name) || liveIDs[name] {
+		if !hexRE().MatchString(name) || liveIDs[name] {
 			continue
 		}
 		m, _ := readManifest(layerRef{hex: name, store: dir})
@@ -463,13 +463,13 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 // /var/lib/sandcell/layers by default: <name>/root with
 // <name>/manifest.json, <name>.lock, and .build-<name>-<random>.
 func oldFormatEntry(p, name string) bool {
-	if base, ok := strings.CutSuffix(name, ".lock"); ok && nameRE.MatchString(base) {
+	if base, ok := strings.CutSuffix(name, ".lock"); ok && nameRE().MatchString(base) {
 		return true
 	}
 	if strings.HasPrefix(name, ".build-") {
 		return true
 	}
-	if !nameRE.MatchString(name) {
+	if !nameRE().MatchString(name) {
 		return false
 	}
 	_, err1 := os.Stat(filepath.Join(p, "root"))
@@ -509,7 +509,7 @@ func (s *Store) Verify(ctx context.Context, lang Language) error {
 // there, and not from the host, where its files belong to the user.
 func (s *Store) VerifyLayer(ctx context.Context, id string) (Manifest, error) {
 	h := hexID(id)
-	if !hexRE.MatchString(h) {
+	if !hexRE().MatchString(h) {
 		return Manifest{}, fmt.Errorf("layer id %q: not sha256:<64 hex digits>", id)
 	}
 	l, err := s.findLayer(h)

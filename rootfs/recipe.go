@@ -82,11 +82,11 @@ func baseRecipe() recipe {
 	return recipe{
 		Format:   storeFormat,
 		Kind:     KindBase,
-		Suite:    cat.Suite,
-		Packages: slices.Clone(cat.Base.Packages),
-		Setup:    cloneArgvs(cat.Base.Setup),
-		Links:    maps.Clone(cat.Base.Links),
-		Trim:     append(slices.Clone(cat.Trim), cat.Base.Trim...),
+		Suite:    cat().Suite,
+		Packages: slices.Clone(cat().Base.Packages),
+		Setup:    cloneArgvs(cat().Base.Setup),
+		Links:    maps.Clone(cat().Base.Links),
+		Trim:     append(slices.Clone(cat().Trim), cat().Base.Trim...),
 	}
 }
 
@@ -95,11 +95,11 @@ func languageRecipe(lang Language, lower []string) recipe {
 	return recipe{
 		Format:   storeFormat,
 		Kind:     KindLanguage,
-		Suite:    cat.Suite,
+		Suite:    cat().Suite,
 		Packages: slices.Clone(lang.Packages),
 		Setup:    cloneArgvs(lang.Setup),
 		Links:    maps.Clone(lang.Links),
-		Trim:     append(slices.Clone(cat.Trim), lang.Trim...),
+		Trim:     append(slices.Clone(cat().Trim), lang.Trim...),
 		Fetch:    cloneFetch(lang.Fetch),
 		Lower:    slices.Clone(lower),
 	}

@@ -12,7 +12,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -116,7 +115,7 @@ const (
 )
 
 // hexRE is a layer's directory name or a recipe key.
-var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var hexRE = lazyRE(`^[0-9a-f]{64}$`)
 
 // hexID strips "sha256:" from a layer id.
 func hexID(id string) string { return strings.TrimPrefix(id, "sha256:") }
@@ -275,7 +274,7 @@ func (st stack) rootID() string {
 // resolve finds the layers of lang's stack through the recipe pointers,
 // without building or mounting anything.
 func (s *Store) resolve(lang Language) (stack, error) {
-	if !nameRE.MatchString(lang.Name) {
+	if !nameRE().MatchString(lang.Name) {
 		return stack{}, fmt.Errorf("%w %q", ErrUnknownLanguage, lang.Name)
 	}
 	if lang.Image != "" {
@@ -343,7 +342,7 @@ func lookupRecipeIn(store, key string, shared bool) (layerRef, bool, error) {
 		return layerRef{}, false, err
 	}
 	h := filepath.Base(target)
-	if target != "../"+layersDir+"/"+h || !hexRE.MatchString(h) {
+	if target != "../"+layersDir+"/"+h || !hexRE().MatchString(h) {
 		return layerRef{}, false, fmt.Errorf("recipe pointer %s: unexpected target %q", key, target)
 	}
 	ref := layerRef{hex: h, store: store}
@@ -626,7 +625,7 @@ func (s *Store) List() ([]Manifest, error) {
 			return nil, err
 		}
 		for _, e := range entries {
-			if !hexRE.MatchString(e.Name()) || seen[e.Name()] {
+			if !hexRE().MatchString(e.Name()) || seen[e.Name()] {
 				continue
 			}
 			m, err := readManifest(layerRef{hex: e.Name(), store: store})

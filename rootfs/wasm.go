@@ -97,7 +97,7 @@ func (l Language) WasmVariant() (Language, error) {
 // WasmLanguages are the names of the languages offered under wasm.
 func WasmLanguages() []string {
 	var out []string
-	for _, l := range cat.Languages {
+	for _, l := range cat().Languages {
 		if l.Wasm != nil {
 			out = append(out, l.Name)
 		}
@@ -114,7 +114,7 @@ func (w *Wasm) ownLayer() bool {
 // and Prune).
 func wasmLayers() []Language {
 	var out []Language
-	for _, l := range cat.Languages {
+	for _, l := range cat().Languages {
 		if l.Wasm != nil && l.Wasm.ownLayer() {
 			v, err := l.WasmVariant()
 			if err == nil {
