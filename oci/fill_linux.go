@@ -34,13 +34,15 @@ import (
 // instead of run. The helper's own start-up memory was allocated before it
 // joined, in the server's cgroup, and is freed when it exits.
 //
-// The helper costs a process start (about 7 ms, in parallel with the
-// container's): runs use it for a session's /work, or for request files
-// of more than fillInProcessMax bytes. Smaller one-shot files (a
+// The helper costs a process start (about 7 ms of latency and 9 ms of
+// CPU: the binary's runtime and package init): runs use it for a
+// session's /work past fillInProcessMax bytes or fillInProcessEntries
+// entries (BoundedWorkspace), or for request files of more than
+// fillInProcessMax bytes. A smaller session and smaller one-shot files (a
 // program's source) are written by the server, their pages charged to
-// it: at most fillInProcessMax per run. Without cgroups (a rootless
-// server without delegation) there is no memory limit to charge, and the
-// server fills /work itself.
+// it: at most fillInProcessMax per run, session and files together.
+// Without cgroups (a rootless server without delegation) there is no
+// memory limit to charge, and the server fills /work itself.
 
 // fillArg re-executes this binary as the fill helper:
 //
@@ -53,9 +55,14 @@ import (
 // the request caused (api.ErrInvalid), 1 for any other.
 const fillArg = "sandcell-fill"
 
-// fillInProcessMax is the most bytes of request files the server writes
-// into /work itself.
+// fillInProcessMax is the most bytes of request files and a session's
+// files together that the server writes into /work itself.
 const fillInProcessMax = 1 << 20
+
+// fillInProcessEntries is the most entries of a session's tree that the
+// server copies into /work itself (each one a tmpfs inode and dentry
+// charged to the server while the run lives).
+const fillInProcessEntries = 256
 
 // fillTimeout bounds a helper's fill (the context of Prepare may bound it
 // sooner).
@@ -70,6 +77,15 @@ var treeFiller func(src, dst *os.File, uid, gid int) error
 type TreeWorkspace interface {
 	Workspace
 	Tree() (*os.File, error)
+}
+
+// BoundedWorkspace is a TreeWorkspace that can say cheaply whether its
+// tree holds at most maxBytes in at most maxEntries entries (looking at
+// no more than that). A small one is filled by the server's Fill, as a
+// request's small files are, without the helper's process start.
+type BoundedWorkspace interface {
+	TreeWorkspace
+	Within(maxBytes int64, maxEntries int) (bool, error)
 }
 
 // InitFill is the fill helper's re-exec hook, to call from main's init
@@ -90,14 +106,24 @@ func fillByHelper(req *Request) bool {
 	if treeFiller == nil {
 		return false
 	}
-	if _, ok := req.Workspace.(TreeWorkspace); ok {
-		return true
-	}
 	var n int
 	for _, f := range req.Files {
 		n += len(f.Data)
 	}
-	return n > fillInProcessMax
+	if n > fillInProcessMax {
+		return true
+	}
+	tw, ok := req.Workspace.(TreeWorkspace)
+	if !ok {
+		return false
+	}
+	bw, ok := tw.(BoundedWorkspace)
+	if !ok {
+		return true
+	}
+	// An error here is the helper's to report, as it would be.
+	small, err := bw.Within(int64(fillInProcessMax-n), fillInProcessEntries)
+	return err != nil || !small
 }
 
 // cgroupTarget is where the helper goes: the run's cgroup directories

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,6 +69,72 @@ type treeWorkspace struct{ *dirWorkspace }
 func (w treeWorkspace) Tree() (*os.File, error) {
 	w.record("tree")
 	return os.Open(w.dir)
+}
+
+// boundedWorkspace is a treeWorkspace that says how big its tree is
+// (oci.BoundedWorkspace), as a session does.
+type boundedWorkspace struct{ treeWorkspace }
+
+func (w boundedWorkspace) Within(maxBytes int64, maxEntries int) (bool, error) {
+	w.record("within")
+	var size int64
+	entries := 0
+	err := filepath.WalkDir(w.dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || p == w.dir {
+			return err
+		}
+		entries++
+		if fi, err := d.Info(); err == nil && fi.Mode().IsRegular() {
+			size += fi.Size()
+		}
+		return nil
+	})
+	return entries <= maxEntries && size <= maxBytes, err
+}
+
+// TestFillSmallSessionInProcess: a session that says its tree is small
+// (at most 1 MiB with the request's files, 256 entries) is copied into
+// /work by the server (Fill), without the fill helper's process start; a
+// larger one, in bytes or in entries, still goes through the helper (Tree),
+// in the run's cgroup. Both see the same /work.
+func TestFillSmallSessionInProcess(t *testing.T) {
+	e := newTestEnv(t)
+	many := map[string]string{}
+	for i := range 300 {
+		many[fmt.Sprintf("d/f%03d", i)] = "x"
+	}
+	for _, c := range []struct {
+		name  string
+		files map[string]string
+		given int // bytes of a request file
+		want  string
+	}{
+		{"small", map[string]string{"a.txt": "hello", "sub/b.txt": "world"}, 10, "fill"},
+		// The request's files leave about 1,000 bytes of the 1 MiB.
+		{"bytes", map[string]string{"a.txt": strings.Repeat("x", 4096), "sub/b.txt": "world"}, 1<<20 - 1024, "tree"},
+		{"entries", many, 10, "tree"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := boundedWorkspace{treeWorkspace{newDirWorkspace(t, c.files)}}
+			req := newRequest(t, "sh", "find . -type f | wc -l; wc -c < given", limits.Set{})
+			req.Workspace, req.WorkBytes = w, 16<<20
+			req.Files = append(req.Files, api.File{Path: "given", Data: bytes.Repeat([]byte("y"), c.given)})
+			res, err := oci.Run(context.Background(), e.rt, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The files of the session, the request's, and main.sh.
+			if want := fmt.Sprintf("%d\n%d\n", len(c.files)+2, c.given); res.Status != api.StatusOK || res.Stdout != want {
+				t.Errorf("status %s, stdout %q (want %q), stderr %q", res.Status, res.Stdout, want, res.Stderr)
+			}
+			calls := w.callLog()
+			other := map[string]string{"fill": "tree", "tree": "fill"}[c.want]
+			if !slices.Contains(calls, c.want) || slices.Contains(calls, other) {
+				t.Errorf("workspace calls %v: want %q, not %q", calls, c.want, other)
+			}
+		})
+	}
+	e.assertNoTraces(t)
 }
 
 // TestFillChargedToRun (issue #17): a session's files are written into

@@ -175,6 +175,12 @@ func (w *sessionWork) Fill(dir string) error { return w.sess.Fill(dir) }
 // into /work from the run's cgroup (oci.TreeWorkspace).
 func (w *sessionWork) Tree() (*os.File, error) { return w.sess.Tree() }
 
+// Within says whether the session's tree is small enough for oci to copy
+// in-process (oci.BoundedWorkspace).
+func (w *sessionWork) Within(maxBytes int64, maxEntries int) (bool, error) {
+	return w.sess.Within(maxBytes, maxEntries)
+}
+
 func (w *sessionWork) Save(dir string) error {
 	if w.source != "" {
 		if err := removeSource(dir, w.source, w.sourceData); err != nil {

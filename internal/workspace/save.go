@@ -59,6 +59,47 @@ func (ss *Session) Tree() (*os.File, error) {
 	return os.NewFile(uintptr(root), filesDir), nil
 }
 
+// Within says whether the session's tree holds at most maxEntries entries
+// whose regular files have at most maxBytes together (their apparent
+// sizes: a sparse file counts whole), looking at no more entries than
+// that: a cheap bound on copying it (oci copies a small tree itself, a
+// larger one through its fill helper in the run's cgroup).
+//
+// Preconditions: the caller holds the session's Lock.
+func (ss *Session) Within(maxBytes int64, maxEntries int) (bool, error) {
+	if err := ss.locked(); err != nil {
+		return false, err
+	}
+	root, err := ss.openRoot()
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(root)
+	var bytes int64
+	entries := 0
+	err = walk(root, "", func(n *node) error {
+		if entries++; entries > maxEntries {
+			return errTooBig
+		}
+		if typeName(&n.st) == "file" {
+			if bytes += n.st.Size; bytes > maxBytes {
+				return errTooBig
+			}
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errTooBig):
+		return false, nil
+	case err != nil:
+		return false, ss.wrap(err)
+	}
+	return true, nil
+}
+
+// errTooBig stops Within's walk at its bound.
+var errTooBig = errors.New("tree past the bound")
+
 // FillFrom copies the tree src (a session's, from Session.Tree) into dst,
 // an empty directory, as Fill does; what it creates belongs to uid and
 // gid. A dst too small fails with ErrQuota. It holds no lock and reads

@@ -420,3 +420,33 @@ func TestFillTooSmall(t *testing.T) {
 		t.Errorf("Fill of 2 MiB into a 1 MiB tmpfs: got %v, want ErrQuota", err)
 	}
 }
+
+// TestWithin: Within bounds the tree's entries and its regular files'
+// bytes (apparent sizes), each bound inclusive, and needs the lock.
+func TestWithin(t *testing.T) {
+	s := newStore(t, Options{})
+	ss := newSession(t, s)
+	for _, f := range []struct{ path, data string }{{"a.txt", "hello"}, {"sub/b.txt", "world!"}} {
+		if _, err := ss.Write(f.path, []byte(f.data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Three entries (a.txt, sub, sub/b.txt), 11 bytes.
+	for _, c := range []struct {
+		bytes   int64
+		entries int
+		want    bool
+	}{{11, 3, true}, {1 << 20, 256, true}, {10, 3, false}, {11, 2, false}, {0, 0, false}} {
+		got, err := ss.Within(c.bytes, c.entries)
+		if err != nil || got != c.want {
+			t.Errorf("Within(%d, %d) = %v, %v; want %v", c.bytes, c.entries, got, err, c.want)
+		}
+	}
+	other, err := s.Get(ss.Meta().ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Within(1<<20, 256); err == nil {
+		t.Error("Within without the lock: no error")
+	}
+}
