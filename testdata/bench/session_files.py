@@ -49,3 +49,11 @@ print(json.dumps({"binary": os.path.basename(binary), "files": n, "status": sc.g
                   "error": (m.get("error") or {}).get("message", "")[:200]}))
 p.stdin.close(); p.wait(timeout=60)
 subprocess.run(["rm", "-rf", home, state])
+# The server's cgroup parent, empty once it closed (it is not removed by
+# the server: another instance may share a parent).
+parent = "/" + os.path.basename(state)
+for d in ["/sys/fs/cgroup" + parent] + [os.path.join("/sys/fs/cgroup", h) + parent for h in os.listdir("/sys/fs/cgroup")]:
+    try:
+        os.rmdir(d)
+    except OSError:
+        pass
