@@ -1385,7 +1385,8 @@ static void serve_one(const struct scz_request *req, int *fds, int nfds)
 		e = errno;
 		syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
 		close(mapsync[1]);
-		reply(e ? e : EIO, pid, pidfd, "hand the run to the keeper: %s", strerror(e));
+		e = e ? e : EIO;
+		reply(e, pid, pidfd, "hand the run to the keeper: %s", strerror(e));
 		close(pidfd);
 		_exit(1); /* without its keeper: sandcell starts a new zygote */
 	}
@@ -1535,7 +1536,9 @@ static void keeper_loop(int sock, int sandcell)
 				live[i] = live[--nlive];
 			}
 		}
-		if (zygote_open && p[1].revents && keeper_take(sock, &live, &nlive, &cap, 0) == 0) {
+		/* The zygote's end closed, or an error that would repeat (poll
+		 * would report it again at once): no more runs come. */
+		if (zygote_open && p[1].revents && keeper_take(sock, &live, &nlive, &cap, 0) <= 0) {
 			zygote_open = 0;
 			close(sock);
 		}
