@@ -272,8 +272,10 @@ func TestRootOOMCounter(t *testing.T) {
 		}
 	}
 	// sh waits for a line on stdin, so that it is moved into the cgroup before it forks the hog
-	// (tail buffers its whole newline-free input).
-	sh := exec.Command("sh", "-c", "read go; head -c 200m /dev/zero | tail > /dev/null; exit 0")
+	// (tail buffers its whole newline-free input). The hog's subshell makes itself the OOM
+	// killer's first choice: once in CI the kernel killed twice (tail, then sh itself, whose
+	// score tied with what was left), and sh must live to report that its child was the victim.
+	sh := exec.Command("sh", "-c", "read go; (echo 1000 > /proc/self/oom_score_adj; head -c 200m /dev/zero | tail > /dev/null); exit 0")
 	stdin, err := sh.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
