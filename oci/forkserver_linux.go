@@ -197,10 +197,8 @@ func (f *forkServer) cpuTime() time.Duration {
 	if pid > 0 {
 		p := strconv.Itoa(pid)
 		total += schedTime(p)
-		if kids, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children"); err == nil {
-			for _, k := range strings.Fields(string(kids)) {
-				total += schedTime(k)
-			}
+		for _, k := range procChildren(p) {
+			total += schedTime(k)
 		}
 	}
 	return total

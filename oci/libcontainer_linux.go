@@ -312,8 +312,9 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	// thread on purpose after each start, so a concurrent start's helper
 	// was killed now and then (1 run in 100 under load: internal_error).
 	// It never reached the program anyway (runc's init clears it with
-	// clone). A killed server's sandboxes are removed by the next start's
-	// Recover.
+	// clone). A killed server's sandboxes that libcontainer started are
+	// removed by the next start's Recover (the fork server's end with the
+	// server: its keeper, zygote.c).
 	// The fill, once the run's cgroup has its limits: the fork server
 	// calls it when it has made the cgroup, before the child is cloned;
 	// libcontainer from a hook (startInit).

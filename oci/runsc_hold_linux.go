@@ -165,22 +165,27 @@ func gvHoldEnd(pid int) {
 	}
 }
 
-// holderChildren lists this process's live children, from each thread's
-// /proc children file (a child belongs to the thread that forked it or
-// that it was reparented to). Only this process's own children are named
-// there: a pid read is not yet reaped, so it cannot have been reused.
+// holderChildren lists this process's live children (procChildren): a pid
+// read is not yet reaped, so it cannot have been reused.
 func holderChildren() []int {
-	tasks, _ := os.ReadDir("/proc/self/task")
 	var kids []int
-	for _, t := range tasks {
-		data, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
-		if err != nil {
-			continue
+	for _, f := range procChildren("self") {
+		if k, err := strconv.Atoi(f); err == nil && k > 1 {
+			kids = append(kids, k)
 		}
-		for _, f := range strings.Fields(string(data)) {
-			if k, err := strconv.Atoi(f); err == nil && k > 1 {
-				kids = append(kids, k)
-			}
+	}
+	return kids
+}
+
+// procChildren lists the children of process pid ("self" for this one),
+// from each of its threads' /proc children file: a child belongs to the
+// thread that forked it or that it was reparented to.
+func procChildren(pid string) []string {
+	tasks, _ := os.ReadDir("/proc/" + pid + "/task")
+	var kids []string
+	for _, t := range tasks {
+		if data, err := os.ReadFile("/proc/" + pid + "/task/" + t.Name() + "/children"); err == nil {
+			kids = append(kids, strings.Fields(string(data))...)
 		}
 	}
 	return kids

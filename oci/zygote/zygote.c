@@ -1265,6 +1265,30 @@ static int write_proc(int procdir, const char *file, const char *data)
 	return n == (ssize_t)strlen(data) ? 0 : -1;
 }
 
+/* send_fd sends buf with fd (if >= 0) as SCM_RIGHTS on sock, retrying on
+ * EINTR: sendmsg's result. */
+static ssize_t send_fd(int sock, const void *buf, size_t len, int fd)
+{
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (fd >= 0) {
+		memset(cbuf, 0, sizeof(cbuf));
+		msg.msg_control = cbuf;
+		msg.msg_controllen = sizeof(cbuf);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	}
+	for (;;) {
+		ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+		if (n >= 0 || errno != EINTR)
+			return n;
+	}
+}
+
 static void reply(int status, pid_t pid, int pidfd, const char *fmt, ...)
 {
 	struct scz_reply r;
@@ -1277,20 +1301,7 @@ static void reply(int status, pid_t pid, int pidfd, const char *fmt, ...)
 		vsnprintf(r.msg, sizeof(r.msg), fmt, ap);
 		va_end(ap);
 	}
-	struct iovec iov = {.iov_base = &r, .iov_len = sizeof(r)};
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (pidfd >= 0) {
-		memset(cbuf, 0, sizeof(cbuf));
-		msg.msg_control = cbuf;
-		msg.msg_controllen = sizeof(cbuf);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &pidfd, sizeof(int));
-	}
-	if (sendmsg(zygote_sock, &msg, MSG_NOSIGNAL) < 0)
+	if (send_fd(zygote_sock, &r, sizeof(r), pidfd) < 0)
 		_exit(0); /* sandcell is gone */
 }
 
@@ -1444,11 +1455,20 @@ static void close_fds(const int *fds, int nfds)
  * runs are sandcell's and go on) until its runs have ended. Without
  * pidfd_open (a kernel before 5.3, a seccomp policy around sandcell) there
  * is no keeper and runs wait for the next start's Recover, as before. */
-/* keeper_take receives the pidfds the zygote sent, appending them to
- * *live (growing it); flags MSG_DONTWAIT drains without blocking. Returns
- * 0 when the zygote's end is closed, -1 when nothing (more) is there, 1
- * after a message. */
-static int keeper_take(int sock, int **live, int *nlive, int *cap, int flags)
+/* The keeper's runs: their pidfds, and the poll set (sandcell, the zygote's
+ * socket, then one entry per run), grown together so that polling never
+ * needs memory that a run's arrival did not get. */
+struct kept {
+	int *live;
+	struct pollfd *p;
+	int nlive, cap;
+};
+
+/* keeper_take receives the pidfds the zygote sent into k; flags
+ * MSG_DONTWAIT drains without blocking. Returns 0 when the zygote's end is
+ * closed, -1 when nothing (more) is there or on an error, 1 after a
+ * message. */
+static int keeper_take(int sock, struct kept *k, int flags)
 {
 	char b;
 	char cbuf[CMSG_SPACE(sizeof(int))];
@@ -1464,20 +1484,24 @@ static int keeper_take(int sock, int **live, int *nlive, int *cap, int flags)
 			continue;
 		int fd;
 		memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-		if (*nlive == *cap) {
-			int c = *cap ? *cap * 2 : 64;
-			int *l = realloc(*live, (size_t)c * sizeof(int));
-			if (!l) {
+		if (k->nlive == k->cap) {
+			int c = k->cap * 2;
+			int *l = realloc(k->live, (size_t)c * sizeof(int));
+			if (l)
+				k->live = l;
+			struct pollfd *p = l ? realloc(k->p, (size_t)(c + 2) * sizeof(*p)) : NULL;
+			if (p)
+				k->p = p;
+			if (!p) {
 				/* Cannot keep it: the run is ended now rather than
-				 * left without a keeper. */
+				 * left to outlive sandcell. */
 				syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
 				close(fd);
 				continue;
 			}
-			*live = l;
-			*cap = c;
+			k->cap = c;
 		}
-		(*live)[(*nlive)++] = fd;
+		k->live[k->nlive++] = fd;
 	}
 	return 1;
 }
@@ -1502,54 +1526,48 @@ static void keeper_loop(int sock, int sandcell)
 		nofile.rlim_cur = nofile.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &nofile);
 	}
-	int *live = NULL, nlive = 0, cap = 0, zygote_open = 1;
-	struct pollfd *p = NULL;
-	int pcap = 0;
+	struct kept k = {.live = malloc(64 * sizeof(int)), .p = malloc(66 * sizeof(struct pollfd)), .cap = 64};
+	if (!k.live || !k.p)
+		_exit(1); /* the zygote's hand-overs fail: sandcell starts a new one */
+	int zygote_open = 1;
 	for (;;) {
-		if (!zygote_open && nlive == 0)
+		if (!zygote_open && k.nlive == 0)
 			_exit(0); /* the zygote is gone and so are its runs */
-		if (nlive + 2 > pcap) {
-			int c = 2 * (nlive + 2);
-			struct pollfd *q = realloc(p, (size_t)c * sizeof(*q));
-			if (!q)
-				goto end;
-			p = q;
-			pcap = c;
-		}
-		int np = 0;
-		p[np++] = (struct pollfd){.fd = sandcell, .events = POLLIN};
-		p[np++] = (struct pollfd){.fd = zygote_open ? sock : -1, .events = POLLIN};
-		for (int i = 0; i < nlive; i++)
-			p[np++] = (struct pollfd){.fd = live[i], .events = POLLIN};
-		if (poll(p, np, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			goto end;
+		struct pollfd *p = k.p;
+		p[0] = (struct pollfd){.fd = sandcell, .events = POLLIN};
+		p[1] = (struct pollfd){.fd = zygote_open ? sock : -1, .events = POLLIN};
+		for (int i = 0; i < k.nlive; i++)
+			p[2 + i] = (struct pollfd){.fd = k.live[i], .events = POLLIN};
+		if (poll(p, 2 + k.nlive, -1) < 0) {
+			/* EINTR, or the kernel short of memory: look again (the
+			 * runs of a sandcell that lives are never ended here). */
+			if (errno != EINTR)
+				usleep(10000);
+			continue;
 		}
 		if (p[0].revents)
-			goto end;
+			break;
 		/* Runs that ended (backwards: a removal moves the last one in,
 		 * which was looked at already). */
-		for (int i = nlive - 1; i >= 0; i--) {
+		for (int i = k.nlive - 1; i >= 0; i--) {
 			if (p[2 + i].revents) {
-				close(live[i]);
-				live[i] = live[--nlive];
+				close(k.live[i]);
+				k.live[i] = k.live[--k.nlive];
 			}
 		}
 		/* The zygote's end closed, or an error that would repeat (poll
 		 * would report it again at once): no more runs come. */
-		if (zygote_open && p[1].revents && keeper_take(sock, &live, &nlive, &cap, 0) <= 0) {
+		if (zygote_open && p[1].revents && keeper_take(sock, &k, 0) <= 0) {
 			zygote_open = 0;
 			close(sock);
 		}
 	}
-end:
 	/* sandcell is gone: every run the zygote sent, those still in the
 	 * socket included, ends now. */
-	while (zygote_open && keeper_take(sock, &live, &nlive, &cap, MSG_DONTWAIT) > 0)
+	while (zygote_open && keeper_take(sock, &k, MSG_DONTWAIT) > 0)
 		;
-	for (int i = 0; i < nlive; i++)
-		syscall(SYS_pidfd_send_signal, live[i], SIGKILL, NULL, 0);
+	for (int i = 0; i < k.nlive; i++)
+		syscall(SYS_pidfd_send_signal, k.live[i], SIGKILL, NULL, 0);
 	_exit(0);
 }
 
@@ -1588,22 +1606,7 @@ static int keep(int pidfd)
 {
 	if (keeper_sock < 0)
 		return 0;
-	char b = 'k';
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	memset(cbuf, 0, sizeof(cbuf));
-	struct iovec iov = {.iov_base = &b, .iov_len = 1};
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &pidfd, sizeof(int));
-	for (;;) {
-		if (sendmsg(keeper_sock, &msg, MSG_NOSIGNAL) == 1)
-			return 0;
-		if (errno != EINTR)
-			return -1;
-	}
+	return send_fd(keeper_sock, "k", 1, pidfd) == 1 ? 0 : -1;
 }
 
 static void zygote_loop(int sock)
