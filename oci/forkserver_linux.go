@@ -92,6 +92,8 @@ type forkServer struct {
 	closed bool
 	pid    int           // the running zygote's
 	cpu    time.Duration // CPU time of the zygotes that exited
+
+	stat helperStat // the running zygote's and keeper's CPU time
 }
 
 func newForkServer(log *slog.Logger, filter *specs.LinuxSeccomp) *forkServer {
@@ -110,6 +112,9 @@ func (f *forkServer) close() {
 		f.sock.Close()
 		f.sock = nil
 	}
+	f.stat.mu.Lock()
+	f.stat.close()
+	f.stat.mu.Unlock()
 }
 
 // spawn starts a zygote. Preconditions: f.mu is held, f.sock is nil.
@@ -192,30 +197,80 @@ func (f *forkServer) cpuTime() time.Duration {
 		return 0
 	}
 	f.mu.Lock()
-	pid, total := f.pid, f.cpu
+	pid, total, closed := f.pid, f.cpu, f.closed
 	f.mu.Unlock()
-	if pid > 0 {
-		p := strconv.Itoa(pid)
-		total += schedTime(p)
-		for _, k := range procChildren(p) {
-			total += schedTime(k)
-		}
+	if pid > 0 && !closed { // closed: counted in f.cpu once it is reaped
+		total += f.stat.read(pid)
 	}
 	return total
 }
 
-// schedTime is the CPU time of process pid from its schedstat, 0 if gone.
-func schedTime(pid string) time.Duration {
-	b, err := os.ReadFile("/proc/" + pid + "/schedstat")
-	if err != nil {
-		return 0
+// helperStat reads the running zygote's and its keeper's CPU time from
+// their schedstat files, kept open: one pread each. A harness calls
+// cpuTime around every run (sandcell-bench's CPU column); opening the
+// files, listing the zygote's children and closing them again cost
+// about 0.1 ms a call, counted in every runner's CPU (BENCHMARKS.md,
+// "Measuring the helpers"). A read of a file whose process is gone fails
+// (ESRCH), and the set is opened again.
+type helperStat struct {
+	mu    sync.Mutex
+	pid   int        // the zygote the files belong to
+	files []*os.File // its schedstat, then its children's
+}
+
+func (h *helperStat) read(pid int) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	// Reopened when the zygote changed, when a process of the set is
+	// gone, and until the keeper is among them (it is forked when the
+	// zygote starts, perhaps after the first call).
+	if pid != h.pid || len(h.files) < 2 {
+		h.open(pid)
 	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
+	total, ok := h.sum()
+	if !ok {
+		h.open(pid)
+		total, _ = h.sum()
 	}
-	ns, _ := strconv.ParseInt(f[0], 10, 64)
-	return time.Duration(ns)
+	return total
+}
+
+func (h *helperStat) open(pid int) {
+	h.close()
+	h.pid = pid
+	p := strconv.Itoa(pid)
+	for _, q := range append([]string{p}, procChildren(p)...) {
+		if f, err := os.Open("/proc/" + q + "/schedstat"); err == nil {
+			h.files = append(h.files, f)
+		}
+	}
+}
+
+func (h *helperStat) close() {
+	for _, f := range h.files {
+		f.Close()
+	}
+	h.files = h.files[:0]
+}
+
+// sum adds the files' first field (nanoseconds on the CPU); false when one
+// could not be read.
+func (h *helperStat) sum() (time.Duration, bool) {
+	var total time.Duration
+	var buf [96]byte
+	for _, f := range h.files {
+		n, err := f.ReadAt(buf[:], 0)
+		if n == 0 && err != nil {
+			return total, false
+		}
+		field, _, _ := strings.Cut(string(buf[:n]), " ")
+		ns, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return total, false
+		}
+		total += time.Duration(ns)
+	}
+	return total, true
 }
 
 // seccompProgram is the runtime's filter as libcontainer would load it.

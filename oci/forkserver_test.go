@@ -592,6 +592,71 @@ func TestForkServerRestart(t *testing.T) {
 	}
 }
 
+// TestHelperCPU: the fork server's CPU time (HelperCPU, the harness's
+// CPU column) is exactly the running zygote's and its keeper's schedstat,
+// read from files kept open; after the zygote is killed and replaced, it
+// counts the dead one's time too and never goes back.
+func TestHelperCPU(t *testing.T) {
+	e := newForkEnv(t)
+	if res := e.run(t, "sh", "true", limits.Set{}); res.Status != api.StatusOK {
+		t.Fatalf("run: %s %s", res.Status, res.Message)
+	}
+	pid := oci.ZygotePid(e.rt)
+	direct := func() (time.Duration, int) {
+		p := strconv.Itoa(pid)
+		procs := []string{p}
+		if b, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children"); err == nil {
+			procs = append(procs, strings.Fields(string(b))...)
+		}
+		var total time.Duration
+		for _, q := range procs {
+			b, err := os.ReadFile("/proc/" + q + "/schedstat")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += time.Duration(ns)
+		}
+		return total, len(procs)
+	}
+	// The zygote and its keeper are idle between runs: both readings agree.
+	var h time.Duration
+	for range 3 {
+		before, n := direct()
+		if n != 2 {
+			t.Fatalf("the zygote has %d processes, want itself and its keeper", n)
+		}
+		h = e.rt.HelperCPU()
+		after, _ := direct()
+		if h < before || h > after {
+			t.Fatalf("HelperCPU %v, want between %v and %v (the zygote's and its keeper's schedstat)", h, before, after)
+		}
+		if res := e.run(t, "sh", "true", limits.Set{}); res.Status != api.StatusOK {
+			t.Fatalf("run: %s %s", res.Status, res.Message)
+		}
+	}
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for oci.ZygotePid(e.rt) == pid && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if res := e.run(t, "sh", "true", limits.Set{}); res.Status != api.StatusOK {
+		t.Fatalf("run after the restart: %s %s", res.Status, res.Message)
+	}
+	if pid = oci.ZygotePid(e.rt); pid == 0 {
+		t.Fatal("no fork server after the restart")
+	}
+	live, _ := direct()
+	if h2 := e.rt.HelperCPU(); h2 <= h || h2 < live {
+		t.Errorf("HelperCPU after the restart %v, want more than %v (before) and at least %v (the new zygote's)", h2, h, live)
+	}
+}
+
 // BenchmarkSequential: SEQ_RUNS (default 1000) fresh runs of `true` one
 // after another through the fork server, and what the server holds after
 // each tenth of them: the median latency of that tenth, this process's
