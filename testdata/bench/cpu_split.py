@@ -63,9 +63,7 @@ def top_call(stack):
     """The system call (or fault) a kernel sample is in, else None."""
     for i, f in enumerate(stack):
         if f == "do_syscall_64":
-            below = stack[:i]
-            while below and below[-1] in ("x64_sys_call",):
-                below = below[:-1]
+            below = [g for g in stack[:i] if g != "x64_sys_call"]  # the dispatch table's frame
             return below[-1] if below else f
         if f.startswith("asm_exc_page_fault"):
             return "page fault"
