@@ -25,6 +25,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandcell/sandcell/internal/sysmon"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci/zygote"
 )
@@ -156,7 +157,12 @@ func (f *forkServer) spawn() error {
 		// thread too (CLONE_PARENT from the zygote), and it must not
 		// end while the zygote lives.
 		runtime.LockOSThread()
-		err := cmd.Start()
+		// The zygote, so every run's program, inherits this thread's
+		// timer slack: the process's own, not sysmon's (internal/sysmon).
+		err := sysmon.SetOrig()
+		if err == nil {
+			err = cmd.Start()
+		}
 		started <- err
 		if err != nil {
 			return

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/sysmon"
 	"github.com/sandcell/sandcell/limits"
 )
 
@@ -452,7 +453,9 @@ func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs
 		return nil, fmt.Errorf("%w: create container: %w", ErrRuntime, err)
 	}
 	phase(id, "create")
-	if err := lc.Start(p); err != nil {
+	// From a thread with the process's own timer slack, which runc's init
+	// and the program inherit (internal/sysmon).
+	if err := sysmon.WithOrigSlack(func() error { return lc.Start(p) }); err != nil {
 		_ = lc.Destroy()
 		return nil, fmt.Errorf("%w: start container init: %w", ErrRuntime, err)
 	}

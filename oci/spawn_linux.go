@@ -1,9 +1,12 @@
 package oci
 
 import (
+	"fmt"
 	"os/exec"
 	"runtime"
 	"sync"
+
+	"github.com/sandcell/sandcell/internal/sysmon"
 )
 
 // The parent-death signal (PR_SET_PDEATHSIG, SysProcAttr.Pdeathsig) is
@@ -45,6 +48,13 @@ func startChild(cmd *exec.Cmd) error {
 			// as long as the process.
 			runtime.LockOSThread()
 			for r := range spawner.reqs {
+				// The child, a runsc sandbox perhaps, inherits this
+				// thread's timer slack: the process's own, whatever the
+				// thread was started with (internal/sysmon).
+				if err := sysmon.SetOrig(); err != nil {
+					r.done <- fmt.Errorf("timer slack of the spawner thread: %w", err)
+					continue
+				}
 				r.done <- r.cmd.Start()
 			}
 		}()

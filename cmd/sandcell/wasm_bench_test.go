@@ -17,6 +17,28 @@ import (
 	"github.com/sandcell/sandcell/rootfs"
 )
 
+// openTestExecutor opens an executor as `sandcell run` would (no pool, no
+// layer builds), with a state dir and a parent cgroup of its own, closed
+// and removed when tb ends. It needs root.
+func openTestExecutor(tb testing.TB) *executor.Executor {
+	tb.Helper()
+	testutil.RequireRoot(tb)
+	state, err := os.MkdirTemp("/run", "sandcell-test-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(state) })
+	cfg := config.Default()
+	cfg.StateDir, cfg.LayerDir, cfg.CgroupParent = state, layerHome(), "/"+filepath.Base(state)
+	cfg.AutoBuild, cfg.PoolSize = false, 0
+	e, err := cfg.OpenExecutor(slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { e.Close() })
+	return e
+}
+
 // BenchmarkHelloRun is the run phase of a hello world, compiled once, run
 // by executor.Execute as a command of its files (a fresh sandbox each
 // time): natively in runc against as a module under isolation wasm, for c
@@ -27,20 +49,7 @@ import (
 //	CI=true SANDCELL_LAYER_DIR=/var/lib/sandcell go test -tags 'seccomp netgo osusergo' \
 //	    -run '^$' -bench BenchmarkHelloRun -benchtime 40x ./cmd/sandcell
 func BenchmarkHelloRun(b *testing.B) {
-	testutil.RequireRoot(b)
-	state, err := os.MkdirTemp("/run", "sandcell-bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(state)
-	cfg := config.Default()
-	cfg.StateDir, cfg.LayerDir, cfg.CgroupParent = state, layerHome(), "/"+filepath.Base(state)
-	cfg.AutoBuild, cfg.PoolSize = false, 0
-	e, err := cfg.OpenExecutor(slog.New(slog.DiscardHandler), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
+	e := openTestExecutor(b)
 	ctx := context.Background()
 	hello := map[string]string{
 		"c":    "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n",

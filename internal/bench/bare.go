@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/sysmon"
 )
 
 // bareHost is the one bare-host baseline of the latency table, the
@@ -220,7 +221,11 @@ func runProcess(ctx context.Context, timeout time.Duration, argv, env []string, 
 	cmd.WaitDelay = time.Second
 	stdout, stderr := &limitedBuffer{max: maxOutput}, &limitedBuffer{max: maxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	err := cmd.Run()
+	// The program gets the host's timer slack, not sysmon's (internal/sysmon).
+	err := sysmon.WithOrigSlack(cmd.Start)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	res := api.Phase{Stdout: string(stdout.b), Stderr: string(stderr.b), Status: api.StatusOK}
 	var ee *exec.ExitError
 	switch {

@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/sandcell/sandcell/internal/sysmon"
 )
 
 // The kernel benchmark (issue #19): cells of run_cell through the real
@@ -252,7 +254,8 @@ func startMCP(ctx context.Context, bin string, global []string, log *slog.Logger
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	// With the host's timer slack, as a user would start it (internal/sysmon).
+	if err := sysmon.WithOrigSlack(cmd.Start); err != nil {
 		return nil, fmt.Errorf("start %s serve: %w", bin, err)
 	}
 	c := &mcpClient{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<20), log: log}
