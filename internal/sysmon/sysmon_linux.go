@@ -10,8 +10,8 @@
 // (runtime.entersyscall), back at 20 µs. A sandbox server makes dozens of
 // short system calls per run, so sysmon cycles at 20 µs through the busy
 // part of every run. On a virtual machine each of those sleeps costs a
-// timer interrupt and a halt of the vCPU: 26-35 µs of CPU per 20 µs
-// nanosleep on this project's Firecracker host, 14-17 of them per fresh
+// timer interrupt and a halt of the vCPU: 32-37 µs of CPU per 20 µs
+// nanosleep on this project's 2-vCPU VM host, 14-17 of them per fresh
 // run, 0.4-0.7 ms of a run's 6 ms (BENCHMARKS.md, "sysmon").
 //
 // What it does. Slow gives sysmon's thread a timer slack
@@ -22,7 +22,9 @@
 // happens: a P held by a goroutine in a system call is retaken after at
 // most the slack (that matters only when every P is in a system call and
 // work waits), a goroutine running for 10 ms is preempted at most a slack
-// later. Timers are not sysmon's: a Go timer fires on a P.
+// later. Timers are not sysmon's: a Go timer fires on a P, whose thread
+// keeps its slack, except a thread sysmon started (below), on which a
+// timer may fire up to the slack late.
 //
 // What it must not change. A thread's slack is inherited by the threads
 // and processes it creates and kept across execve. A program in a sandbox
