@@ -497,6 +497,36 @@ func (c *gvContainer) reap() {
 	c.exitedWith(c.ps.Sys().(syscall.WaitStatus))
 }
 
+// holderGone tells whether an idle sandbox's holder is exiting or gone
+// (its sandbox died while idle): its main thread is a zombie, or the read
+// end of the hold pipe is closed (the write end polls POLLERR). Both are
+// seen before run.exited is closed, which waits for the whole process to
+// be reaped and for the reaping goroutine to run: a pool that only looked
+// at exited handed out a dead sandbox whose Start failed with EPIPE,
+// instead of the request getting a fresh one (TestGVisorPoolStale).
+func (c *gvContainer) holderGone() bool {
+	if c.hold == nil || c.cmd == nil || c.cmd.Process == nil {
+		return true
+	}
+	if st, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/stat"); err != nil {
+		return true
+	} else if i := bytes.LastIndexByte(st, ')'); i < 0 || i+2 >= len(st) || st[i+2] == 'Z' || st[i+2] == 'X' {
+		return true
+	}
+	rc, err := c.hold.SyscallConn()
+	if err != nil {
+		return true
+	}
+	gone := false
+	_ = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		if n, err := unix.Poll(fds, 0); err == nil && n == 1 {
+			gone = fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
+		}
+	})
+	return gone
+}
+
 // Start lets the holder exec runsc: the sandbox boots and runs the program.
 func (c *gvContainer) Start(ctx context.Context) error {
 	if c.hold == nil {

@@ -49,6 +49,9 @@ func (b gvPool) classify(_ *PoolConfig, req *Request) (string, *poolEntry, bool)
 }
 
 func (b gvPool) bind(c poolMember, _ *poolEntry, req *Request) error {
+	if gc, ok := c.(*gvContainer); ok && gc.holderGone() {
+		return errStale
+	}
 	return bindRun(c, req, req.Files)
 }
 

@@ -206,7 +206,7 @@ func TestGVisorPoolStale(t *testing.T) {
 		before := p.Stats()
 		res, err := oci.Run(context.Background(), p, mk())
 		if err != nil || res.Status != api.StatusOK || res.Stdout != "1\n" {
-			t.Fatalf("the request after the idle sandbox died: %v %s %q %q", err, res.Status, res.Stdout, res.Stderr)
+			t.Fatalf("the request after the idle sandbox died: %v %s %q %q %q exit %d signal %q; stats %+v before %+v", err, res.Status, res.Message, res.Stdout, res.Stderr, res.ExitCode, res.Signal, p.Stats(), before)
 		}
 		// The dead sandbox was taken, found gone and dropped, and the request
 		// prepared its own.
