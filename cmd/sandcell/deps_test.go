@@ -32,6 +32,7 @@ var allowedImports = map[string][]string{
 	"rootfs":             {"api"},
 	"internal/workspace": {"api", "internal/owner"},
 	"internal/egress":    {"internal/netcopy"},
+	"internal/sysmon":    {"internal/owner"},
 }
 
 // TestImportArrows keeps the package boundaries: the arrows point one way,

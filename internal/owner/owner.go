@@ -51,7 +51,7 @@ func Self() (Token, error) {
 	self.once.Do(func() {
 		pid := os.Getpid()
 		t := Token{PID: pid}
-		if t.Start, self.err = startTime(pid); self.err != nil {
+		if t.Start, self.err = StartTime(pid); self.err != nil {
 			return
 		}
 		if t.PIDNS, self.err = nsInode("self", "pid"); self.err != nil {
@@ -107,7 +107,7 @@ func (t Token) Dead() bool {
 		return true
 	}
 	// Someone has the pid: the owner, or a later process that got it.
-	start, err := startTime(t.PID)
+	start, err := StartTime(t.PID)
 	if errors.Is(err, fs.ErrNotExist) {
 		// Exited in between, or hidden from this user (hidepid): only
 		// the first is proof.
@@ -125,8 +125,9 @@ func gone(pid int) bool {
 	return errors.Is(unix.Kill(pid, 0), unix.ESRCH)
 }
 
-// startTime reads field 22 of /proc/PID/stat.
-func startTime(pid int) (uint64, error) {
+// StartTime reads field 22 of /proc/PID/stat: clock ticks since boot when
+// process (or thread) pid started.
+func StartTime(pid int) (uint64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, err

@@ -48,7 +48,7 @@ func TestDead(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	start, err := startTime(cmd.Process.Pid)
+	start, err := StartTime(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

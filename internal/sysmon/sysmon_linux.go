@@ -39,17 +39,20 @@
 package sysmon
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/internal/owner"
 )
 
 // Env sets the slack Slow gives sysmon (a Go duration; 0 leaves sysmon
@@ -124,8 +127,8 @@ func Slow() (int, error) {
 // threads of the same tick, by the order the kernel handed their ids out,
 // which is cyclic (ids wrap at pid_max, 32768 on many hosts): the distance
 // from the main thread's id modulo pid_max. Before it is trusted, its
-// current system call must be sysmon's: a nanosleep (its 20 µs polling), or a futex wait with a
-// timeout (its park until the next timer). An idle M waits in a futex
+// current system call must be sysmon's: a nanosleep (its 20 µs polling),
+// or a futex wait with a timeout (its park until the next timer). An idle M waits in a futex
 // without one, a poller in epoll_pwait. Anything else, a few times in a
 // row, and nothing is changed.
 func find() (int, error) {
@@ -140,7 +143,7 @@ func find() (int, error) {
 		if err != nil || tid == self {
 			continue
 		}
-		start, err := startTime(tid)
+		start, err := owner.StartTime(tid)
 		if err != nil {
 			continue // gone meanwhile
 		}
@@ -168,43 +171,25 @@ func find() (int, error) {
 		}
 		// Running, or caught between two sleeps: look again.
 		time.Sleep(100 * time.Microsecond)
-		runtime.Gosched()
 	}
 	return 0, fmt.Errorf("thread %d does not look like sysmon (its system call: %q)", tid, last)
 }
 
-type thread struct{ tid, start int }
+type thread struct {
+	tid   int
+	start uint64
+}
 
 // oldest is the thread of ts started first after the main thread self: by
 // start time, then by the distance of its id from self's, modulo pidMax.
 func oldest(ts []thread, self, pidMax int) int {
 	after := func(tid int) int { return ((tid-self)%pidMax + pidMax) % pidMax }
-	sort.Slice(ts, func(i, j int) bool {
-		if ts[i].start != ts[j].start {
-			return ts[i].start < ts[j].start
+	return slices.MinFunc(ts, func(a, b thread) int {
+		if c := cmp.Compare(a.start, b.start); c != 0 {
+			return c
 		}
-		return after(ts[i].tid) < after(ts[j].tid)
-	})
-	return ts[0].tid
-}
-
-// startTime is field 22 of /proc/self/task/<tid>/stat: clock ticks since
-// boot when the thread started.
-func startTime(tid int) (int, error) {
-	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')') // comm may hold spaces and parentheses
-	if i < 0 {
-		return 0, errors.New("malformed stat")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, errors.New("malformed stat")
-	}
-	return strconv.Atoi(f[19]) // after ')': state is field 3, starttime 22
+		return cmp.Compare(after(a.tid), after(b.tid))
+	}).tid
 }
 
 // sysmonCall tells whether a /proc/<tid>/syscall line ("NR a1 a2 a3 a4 a5
