@@ -498,19 +498,17 @@ func (c *gvContainer) reap() {
 }
 
 // holderGone tells whether an idle sandbox's holder is exiting or gone
-// (its sandbox died while idle): its main thread is a zombie, or the read
-// end of the hold pipe is closed (the write end polls POLLERR). Both are
-// seen before run.exited is closed, which waits for the whole process to
-// be reaped and for the reaping goroutine to run: a pool that only looked
-// at exited handed out a dead sandbox whose Start failed with EPIPE,
-// instead of the request getting a fresh one (TestGVisorPoolStale).
+// (its sandbox died while idle): the read end of the hold pipe is closed
+// (the write end polls POLLERR), or the holder's main thread is a zombie.
+// Both are seen before run.exited is closed, which waits for the whole
+// process to be reaped and for the reaping goroutine to run: a pool that
+// only looked at exited handed out a dead sandbox whose Start failed with
+// EPIPE, instead of the request getting a fresh one (TestGVisorPoolStale).
+// Unlike exited, a zombie leader is enough: the holder is sandcell's Go
+// binary, whose main thread ends only with the process, and while its
+// other threads finish exiting they still hold the pipe open.
 func (c *gvContainer) holderGone() bool {
 	if c.hold == nil || c.cmd == nil || c.cmd.Process == nil {
-		return true
-	}
-	if st, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/stat"); err != nil {
-		return true
-	} else if i := bytes.LastIndexByte(st, ')'); i < 0 || i+2 >= len(st) || st[i+2] == 'Z' || st[i+2] == 'X' {
 		return true
 	}
 	rc, err := c.hold.SyscallConn()
@@ -524,7 +522,15 @@ func (c *gvContainer) holderGone() bool {
 			gone = fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
 		}
 	})
-	return gone
+	if gone {
+		return true
+	}
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(st, ')') // the state follows the command name
+	return i < 0 || i+2 >= len(st) || st[i+2] == 'Z' || st[i+2] == 'X'
 }
 
 // Start lets the holder exec runsc: the sandbox boots and runs the program.

@@ -51,14 +51,14 @@ func TestProgramsSeeOrigSlack(t *testing.T) {
 			seen := make(chan map[int]uint64, 1)
 			go func() {
 				time.Sleep(500 * time.Millisecond)
-				seen <- runscSlack(t)
+				seen <- runscSlack(t, e.stateDir)
 			}()
 			if res := e.run(t, "sh", "sleep 1.5", limits.Set{}); res.Status != api.StatusOK {
 				t.Fatalf("run: %s %s %s", res.Status, res.Message, res.Stderr)
 			}
 			procs := <-seen
 			if len(procs) == 0 {
-				t.Fatal("no runsc process of this test found during the run")
+				t.Fatal("no runsc process of the state dir found during the run")
 			}
 			for pid, ns := range procs {
 				if ns != orig {
@@ -77,45 +77,12 @@ func TestProgramsSeeOrigSlack(t *testing.T) {
 	})
 }
 
-// runscSlack is the timer slack of every process at or below a runsc
-// process that descends from this one.
-func runscSlack(t *testing.T) map[int]uint64 {
+// runscSlack is the timer slack of every live process of the state dir
+// (the holders, runsc, its sandbox and gofer: runscProcesses).
+func runscSlack(t *testing.T, stateDir string) map[int]uint64 {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Error(err)
-		return nil
-	}
-	parent, comm := map[int]int{}, map[int]string{}
-	for _, d := range ents {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		f := strings.Fields(s[j+1:])
-		if i < 0 || len(f) < 2 {
-			continue
-		}
-		parent[pid], _ = strconv.Atoi(f[1])
-		comm[pid] = s[i+1 : j]
-	}
-	self := os.Getpid()
 	out := map[int]uint64{}
-	for pid := range parent {
-		underRunsc, ours := false, false
-		for p := pid; p > 1 && !ours; p = parent[p] {
-			underRunsc = underRunsc || comm[p] == "runsc"
-			ours = parent[p] == self
-		}
-		if !ours || !underRunsc {
-			continue
-		}
+	for _, pid := range runscProcesses(stateDir) {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/timerslack_ns")
 		if err != nil {
 			continue // gone meanwhile
