@@ -150,6 +150,14 @@ func (r *Report) goals() []goal {
 		if s := row.CPU["sandcell fresh"]; len(s) > 0 {
 			c := percentile(s, 50)
 			g.measured, g.met, g.ok = ms(c)+" ms", c <= 5*time.Millisecond, true
+			// The machine's own state moves every run's CPU time (other
+			// tenants' load on the shared host: the bare host's `true` has
+			// measured 0.9 to 2.0 ms here); the bare host's figure from
+			// the same run lets a reader see which state this was.
+			if b := row.CPU["bare host"]; len(b) > 0 {
+				p := percentile(b, 50)
+				g.measured += fmt.Sprintf(" (bare host %s ms in this run, %.1fx)", ms(p), float64(c)/float64(p))
+			}
 		}
 		gs = append(gs, g)
 		g = goal{what: "fresh run of `true`: at least 3x faster than `runc run` of the same spec (runc CLI p50 / sandcell p50)"}
