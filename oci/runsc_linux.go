@@ -526,11 +526,7 @@ func (c *gvContainer) holderGone() bool {
 		return true
 	}
 	st, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(st, ')') // the state follows the command name
-	return i < 0 || i+2 >= len(st) || st[i+2] == 'Z' || st[i+2] == 'X'
+	return err != nil || deadStat(st)
 }
 
 // Start lets the holder exec runsc: the sandbox boots and runs the program.
@@ -653,13 +649,20 @@ func exited(pid int) bool {
 		if err != nil {
 			continue // the thread is gone
 		}
-		// The state follows the command name's closing parenthesis.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'Z' && stat[i+2] != 'X') {
+		if !deadStat(stat) {
 			return false
 		}
 	}
 	return true
+}
+
+// deadStat tells whether a /proc/<pid>[/task/<tid>]/stat line is of a
+// zombie or dead task; a malformed line is not (nothing is concluded from
+// it). The state follows the command name's closing parenthesis; the name
+// may hold parentheses itself.
+func deadStat(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X')
 }
 
 // kill ends the sandbox: SIGKILL to runsc's process group, and to every
