@@ -104,18 +104,7 @@ func TestDebianPackage(t *testing.T) {
 
 	// The installed binary: doctor (its JSON is stable: README documents
 	// it) and a program in a sandbox, with the host's layer store.
-	state, err := os.MkdirTemp("/run", "sandcell-pkg-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(state, 0o711)
-	cg := "/" + filepath.Base(state)
-	t.Cleanup(func() {
-		os.RemoveAll(state)
-		for _, d := range mustGlob("/sys/fs/cgroup/*/" + filepath.Base(state)) {
-			os.Remove(d)
-		}
-	})
+	state, cg := testutil.StateDir(t, "sandcell-pkg-test-")
 	home := os.Getenv("SANDCELL_LAYER_DIR")
 	if home == "" {
 		home = "/var/lib/sandcell"
@@ -143,9 +132,4 @@ func TestDebianPackage(t *testing.T) {
 	if err != nil || out != "hello from the package\n1000\n" {
 		t.Errorf("installed sandcell run: %v %q", err, out)
 	}
-}
-
-func mustGlob(p string) []string {
-	m, _ := filepath.Glob(p)
-	return m
 }

@@ -55,19 +55,7 @@ func benchCLI(t *testing.T, args ...string) (int, string, string) {
 	if testing.Short() {
 		t.Skip("real sandboxes; not with -short")
 	}
-	// In /run, 0711: the sandbox's mapped root must traverse it.
-	state, err := os.MkdirTemp("/run", "sandcell-benchcli-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(state, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	cg := "/" + filepath.Base(state)
-	t.Cleanup(func() {
-		os.RemoveAll(state)
-		removeCgroupParent(cg)
-	})
+	state, cg := testutil.StateDir(t, "sandcell-benchcli-")
 	global := []string{"--home", envOr("SANDCELL_LAYER_DIR", "/var/lib/sandcell"), "--no-build", "--state-dir", state, "--cgroup-parent", cg}
 	var out, errb bytes.Buffer
 	code := run(context.Background(), append(global, args...), &out, &errb)

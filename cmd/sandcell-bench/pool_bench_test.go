@@ -7,9 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,12 +42,7 @@ func BenchmarkPoolMCPStdio(b *testing.B) {
 	home := envOr("SANDCELL_LAYER_DIR", "/var/lib/sandcell")
 	// A state dir and cgroup parent of its own: start-up recovery only
 	// ever looks at its own.
-	state, err := os.MkdirTemp("/run", "sandcell-poolbench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(state)
-	cg := "/" + filepath.Base(state)
+	state, cg := testutil.StateDir(b, "sandcell-poolbench-")
 	args := []string{"--home", home, "--no-build", "--state-dir", state, "--cgroup-parent", cg}
 	if n := os.Getenv("POOL_SIZE"); n != "" {
 		args = append(args, "--pool-size", n)
@@ -80,7 +73,6 @@ func BenchmarkPoolMCPStdio(b *testing.B) {
 			srv.Process.Kill()
 			<-done
 		}
-		removeCgroupParent(cg)
 	}()
 	out := bufio.NewReader(outPipe)
 	id := 0
@@ -172,17 +164,6 @@ func BenchmarkPoolMCPStdio(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	if testing.Verbose() {
 		fmt.Fprintf(os.Stderr, "pooled p50 %.2f ms, host p50 %.2f ms, ratio %.2f (n=%d)\n", p50(pooled), p50(bare), p50(pooled)/p50(bare), b.N)
-	}
-}
-
-// removeCgroupParent removes the benchmark's parent cgroup (empty once
-// the server closed) in every hierarchy.
-func removeCgroupParent(cg string) {
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, r := range append(roots, "/sys/fs/cgroup") {
-		if d := filepath.Join(r, cg); strings.HasPrefix(d, "/sys/fs/cgroup/") {
-			os.Remove(d)
-		}
 	}
 }
 

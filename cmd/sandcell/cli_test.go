@@ -30,27 +30,12 @@ func cli(t *testing.T, stdin string, args ...string) (int, string, string) {
 }
 
 // testState makes a state dir that the sandbox's mapped root can traverse
-// and removes it, and the test's cgroup parent, afterwards.
-func testState(t *testing.T) string {
-	t.Helper()
-	testutil.RequireRoot(t)
-	dir, err := os.MkdirTemp("/run", "sandcell-cli-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o711)
-	t.Cleanup(func() {
-		os.RemoveAll(dir)
-		for _, d := range mustGlob("/sys/fs/cgroup/*/" + filepath.Base(dir)) {
-			os.Remove(d)
-		}
-	})
-	return dir
-}
-
-func mustGlob(p string) []string {
-	m, _ := filepath.Glob(p)
-	return m
+// and removes it, and the test's cgroup parent ("/" and its name, in every
+// hierarchy), afterwards: testutil.StateDir.
+func testState(tb testing.TB) string {
+	tb.Helper()
+	state, _ := testutil.StateDir(tb, "sandcell-cli-test-")
+	return state
 }
 
 func TestRunMirrorsExitStatusAndStreams(t *testing.T) {

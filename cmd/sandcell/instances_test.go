@@ -47,16 +47,8 @@ func newInstanceHost(t *testing.T) *instanceHost {
 	if h.layers == "" {
 		h.layers = "/var/lib/sandcell"
 	}
-	t.Cleanup(func() {
-		// Children first (the nested parent of TestInstancesSideBySide).
-		for _, pat := range []string{"/*/*/*", "/*/*", "/*", ""} {
-			for _, d := range mustGlob("/sys/fs/cgroup/*" + h.parent + pat) {
-				if st, err := os.Stat(d); err == nil && st.IsDir() {
-					os.Remove(d)
-				}
-			}
-		}
-	})
+	// Children first (the nested parent of TestInstancesSideBySide).
+	t.Cleanup(func() { testutil.RemoveCgroups(t, h.parent) })
 	return h
 }
 

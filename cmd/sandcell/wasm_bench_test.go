@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -22,14 +20,9 @@ import (
 // and removed when tb ends. It needs root.
 func openTestExecutor(tb testing.TB) *executor.Executor {
 	tb.Helper()
-	testutil.RequireRoot(tb)
-	state, err := os.MkdirTemp("/run", "sandcell-test-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(state) })
+	state, cg := testutil.StateDir(tb, "sandcell-test-")
 	cfg := config.Default()
-	cfg.StateDir, cfg.LayerDir, cfg.CgroupParent = state, layerHome(), "/"+filepath.Base(state)
+	cfg.StateDir, cfg.LayerDir, cfg.CgroupParent = state, layerHome(), cg
 	cfg.AutoBuild, cfg.PoolSize = false, 0
 	e, err := cfg.OpenExecutor(slog.New(slog.DiscardHandler), nil)
 	if err != nil {
