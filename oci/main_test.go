@@ -3,7 +3,6 @@ package oci_test
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -75,24 +74,21 @@ func newForkEnv(t testing.TB) *testEnv {
 
 func newTestEnvWith(t testing.TB, fork bool) *testEnv {
 	t.Helper()
-	testutil.RequireRoot(t)
-	stateDir, err := os.MkdirTemp("/run", "sandcell-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(stateDir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	e := &testEnv{stateDir: stateDir, mode: limits.DetectMode(), cgPath: "/" + filepath.Base(stateDir)}
+	// Removed last, after the cleanup below; RemoveCgroups then reports a
+	// cgroup that the parent's own Remove missed.
+	stateDir, cgPath := testutil.StateDir(t, "sandcell-test-")
+	e := &testEnv{stateDir: stateDir, mode: limits.DetectMode(), cgPath: cgPath}
+	var err error
 	e.parent, err = limits.EnsureParent(limits.ParentConfig{Path: e.cgPath, MemoryBytes: 4 << 30, Pids: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.rt = e.newRuntimeWith(t, fork)
-	e.backend, e.runtime = "runc", e.rt
+	// Registered before the runtime opens: a failure there leaves no parent.
 	t.Cleanup(func() {
-		if err := e.rt.Close(); err != nil {
-			t.Errorf("runtime close: %v", err)
+		if e.rt != nil {
+			if err := e.rt.Close(); err != nil {
+				t.Errorf("runtime close: %v", err)
+			}
 		}
 		if _, err := e.parent.RemoveStale(func(string) bool { return false }); err != nil {
 			t.Errorf("remove stale cgroups: %v", err)
@@ -100,8 +96,9 @@ func newTestEnvWith(t testing.TB, fork bool) *testEnv {
 		if err := e.parent.Remove(); err != nil {
 			t.Errorf("remove parent cgroup: %v", err)
 		}
-		os.RemoveAll(stateDir)
 	})
+	e.rt = e.newRuntimeWith(t, fork)
+	e.backend, e.runtime = "runc", e.rt
 	return e
 }
 
