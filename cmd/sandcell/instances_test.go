@@ -42,27 +42,14 @@ type instanceHost struct {
 
 func newInstanceHost(t *testing.T) *instanceHost {
 	t.Helper()
-	testutil.RequireRoot(t)
-	h := &instanceHost{t: t, parent: "/" + filepath.Base(stateDir(t)) + "-cg", layers: os.Getenv("SANDCELL_LAYER_DIR")}
+	h := &instanceHost{t: t, layers: os.Getenv("SANDCELL_LAYER_DIR")}
+	// The parent, nested one included, goes after the servers have
+	// stopped (their cleanups run first).
+	_, h.parent = testutil.StateDir(t, "sandcell-inst-test-")
 	if h.layers == "" {
 		h.layers = "/var/lib/sandcell"
 	}
-	// Children first (the nested parent of TestInstancesSideBySide).
-	t.Cleanup(func() { testutil.RemoveCgroups(t, h.parent) })
 	return h
-}
-
-// stateDir makes a state dir that the sandbox's mapped root can traverse;
-// it is removed after the test.
-func stateDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("/run", "sandcell-inst-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o711)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }
 
 func (h *instanceHost) global(state, parent string) []string {
@@ -134,7 +121,7 @@ func runCgroups(parent string) []string {
 // 137): recovery took every cgroup it did not know for a dead one's.
 func TestInstancesSideBySide(t *testing.T) {
 	h := newInstanceHost(t)
-	stateA, stateB, stateC := stateDir(t), stateDir(t), stateDir(t)
+	stateA, stateB, stateC := testState(t), testState(t), testState(t)
 
 	// A: a long run under a nested cgroup parent; C: one under the shared
 	// parent, to be killed with -9.
