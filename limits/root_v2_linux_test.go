@@ -186,7 +186,7 @@ func TestRootParentCeilings(t *testing.T) {
 		// Only tail may be chosen: sh and head (which inherits sh's score) are
 		// exempt, tail raises its own (a raise needs no privilege). Without this
 		// the OOM killer may take sh as well, once tail is gone but its pages are
-		// not yet freed (a fresh Debian 12 host, 2 kills: tail, then sh).
+		// not yet freed (seen in CI on a freshly booted host: 2 kills, tail, then sh).
 		_, exited := startInCgroup(t, paths, "", "echo -1000 > /proc/self/oom_score_adj; "+
 			"head -c 200m /dev/zero | (echo 1000 > /proc/self/oom_score_adj; exec tail) > /dev/null; exit 0")
 		select {
