@@ -38,6 +38,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -87,6 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	own.StringVar(&c.Bwrap, "bwrap", "bwrap", "bubblewrap to compare against")
 	mdPath := own.String("markdown", "", "rewrite the block between "+bench.BlockBegin+" and "+bench.BlockEnd+" in this file (appended if missing)")
 	plotPath := own.String("plot", "", "draw the latencies as box plots into this file (.svg or .png)")
+	cpuProfile := own.String("cpuprofile", "", "write a Go CPU profile of the harness process (sandcell's server code included) to this `FILE`: where the server's own time goes (go tool pprof)")
 
 	fs := flag.NewFlagSet("sandcell-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -153,6 +155,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, err)
 	}
 	defer e.Close()
+	if *cpuProfile != "" {
+		stopProfile, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return fail(stderr, err)
+		}
+		defer stopProfile()
+	}
 	rep, err := bench.Run(ctx, e, opts, c)
 	switch {
 	case errors.Is(err, bench.ErrUsage):
@@ -173,6 +182,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// startCPUProfile starts Go's CPU profiler into path; the func stops it
+// and closes the file.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // humanEval: sandcell-bench [global flags] humaneval --humaneval PATH [flags]
