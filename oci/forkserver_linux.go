@@ -614,9 +614,14 @@ func stdioFiles(p *libcontainer.Process) (files []*os.File, closeAll func(), err
 			if i != 0 {
 				return nil, closeAll, fmt.Errorf("%w: no stdout or stderr", errForkUnsupported)
 			}
-			if opened, err = os.Open(os.DevNull); err != nil {
-				return nil, closeAll, fmt.Errorf("%w: %w", ErrRuntime, err)
+			// unix.Open, not os.Open: the poller's attempt to take a
+			// character device costs four fcntl calls and a failed
+			// epoll_ctl on every run.
+			fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return nil, closeAll, fmt.Errorf("%w: open %s: %w", ErrRuntime, os.DevNull, err)
 			}
+			opened = os.NewFile(uintptr(fd), os.DevNull)
 			files[i] = opened
 		default:
 			return nil, closeAll, fmt.Errorf("%w: stdio is not a file", errForkUnsupported)

@@ -239,6 +239,28 @@ func TestStdinAndExitCode(t *testing.T) {
 	})
 }
 
+// TestStdioBlocking: the program's stdin, stdout and stderr are blocking
+// file descriptions, as a program run from a shell gets them: a program
+// that does not expect EAGAIN from a read or a write must never see it.
+// sandcell's ends of the same pipes are non-blocking (its poller); the
+// program's ends are made apart (childPipe). Python, because it leaves the
+// flags as it finds them (busybox's sh clears O_NONBLOCK on its stdin).
+func TestStdioBlocking(t *testing.T) {
+	for name, env := range map[string]func(testing.TB) *testEnv{"runc": newTestEnv, "forkserver": newForkEnv} {
+		t.Run(name, func(t *testing.T) {
+			e := env(t)
+			res := e.run(t, "python", "import os\nprint(' '.join(str(os.get_blocking(fd)) for fd in (0, 1, 2)))\n",
+				limits.Set{}, func(r *oci.Request) { r.Stdin = []byte("in\n") })
+			if res.Status != api.StatusOK {
+				t.Fatalf("status %s: %s %s", res.Status, res.Message, res.Stderr)
+			}
+			if got := strings.TrimSpace(res.Stdout); got != "True True True" {
+				t.Errorf("os.get_blocking of fds 0, 1, 2: %q, want all True", got)
+			}
+		})
+	}
+}
+
 // The program is pid 1 of its pid namespace, like `docker run` without
 // --init: signals it sends itself with the default action are ignored by
 // the kernel. A child that kills itself shows as the parent's exit status,
