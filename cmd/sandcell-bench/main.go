@@ -10,6 +10,7 @@
 //
 //	sandcell-bench [global flags] [-n N] [-n-compiled N] [-throughput N] [--lang LIST] [--runners LIST]
 //	               [--runc PATH] [--bwrap PATH] [--markdown FILE] [--plot FILE.svg|FILE.png]
+//	               [--cpuprofile FILE]
 //	sandcell-bench [global flags] humaneval --humaneval PATH [--samples FILE] [--lang LIST]
 //	               [--concurrency N] [--isolation runc|gvisor]
 //	sandcell-bench [global flags] kernel [--sandcell BIN] [-n N] [-starts N] [--markdown FILE]
