@@ -99,7 +99,7 @@ func newRun(id, runDir string, req *Request, uid, gid uint32) (_ *run, retErr er
 // and in the runtime's poller; theirs, the program's end, is a plain
 // blocking file that never enters the poller. os.Pipe would register and
 // set non-blocking both ends, and handing the program's end over (Fd)
-// would set it blocking again: eight system calls of every run for an fd
+// would set it blocking again: a dozen system calls of every run for fds
 // that sandcell never waits on (BENCHMARKS.md, issue #18, ninth pass).
 func childPipe(input bool) (ours, theirs *os.File, err error) {
 	var p [2]int
