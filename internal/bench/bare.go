@@ -200,6 +200,23 @@ const maxOutput = 1 << 20
 // non-zero or a signal; the exit code 128+N for signal N), timeout, or
 // cancelled (ctx done). The error says that the process could not start.
 func runProcess(ctx context.Context, timeout time.Duration, argv, env []string, dir string, attr *syscall.SysProcAttr) (api.Phase, error) {
+	return runProcessWith(ctx, timeout, argv, env, dir, attr, procExtra{})
+}
+
+// procExtra is what some runners add to runProcess.
+type procExtra struct {
+	// files are the command's fds 3, 4, ... (exec.Cmd.ExtraFiles).
+	files []*os.File
+	// orphans, called once the command has exited, names processes of
+	// the command that may outlive it (bwrap's sandbox init): they are
+	// reaped, and their CPU counted, with the command's process group.
+	orphans func() []int
+}
+
+// runProcessWith is runProcess with x. Every process the command leaves
+// is reaped before it returns (orphans.go), so that the CPU column counts
+// them: those still in its process group and those x.orphans names.
+func runProcessWith(ctx context.Context, timeout time.Duration, argv, env []string, dir string, attr *syscall.SysProcAttr, x procExtra) (api.Phase, error) {
 	pctx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -221,10 +238,21 @@ func runProcess(ctx context.Context, timeout time.Duration, argv, env []string, 
 	cmd.WaitDelay = time.Second
 	stdout, stderr := &limitedBuffer{max: maxOutput}, &limitedBuffer{max: maxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.ExtraFiles = x.files
+	release, err := holdSubreaper()
+	if err != nil {
+		return api.Phase{}, fmt.Errorf("subreaper: %w", err)
+	}
+	defer release()
 	// The program gets the host's timer slack, not sysmon's (internal/sysmon).
-	err := sysmon.WithOrigSlack(cmd.Start)
+	err = sysmon.WithOrigSlack(cmd.Start)
 	if err == nil {
 		err = cmd.Wait()
+		var pids []int
+		if x.orphans != nil {
+			pids = x.orphans()
+		}
+		reapOrphans(cmd.Process.Pid, pids, orphanGrace)
 	}
 	res := api.Phase{Stdout: string(stdout.b), Stderr: string(stderr.b), Status: api.StatusOK}
 	var ee *exec.ExitError

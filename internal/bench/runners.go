@@ -331,13 +331,43 @@ func (h *harness) bwrap(ctx context.Context, c *benchCase, _ int) (string, error
 	defer os.RemoveAll(dir)
 	var out string
 	for _, ph := range c.phases {
+		// fd 3: bwrap's status, which names its sandbox init, the process
+		// that does bwrap's work and outlives it (orphans.go).
 		argv := []string{h.bwrapPath, "--unshare-all", "--unshare-user", "--uid", strconv.Itoa(oci.SandboxUID), "--gid", strconv.Itoa(oci.SandboxUID),
 			"--die-with-parent", "--new-session", "--ro-bind", c.root, "/", "--bind", filepath.Join(dir, "work"), "/work",
-			"--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev", "--chdir", "/work", "--"}
-		out, err = cliPhase(ctx, "bwrap", append(argv, ph.args...), ph.env)
-		if err != nil {
+			"--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev", "--chdir", "/work", "--json-status-fd", "3", "--"}
+		if out, err = h.bwrapPhase(ctx, append(argv, ph.args...), ph.env); err != nil {
 			return "", err
 		}
+	}
+	return out, nil
+}
+
+// bwrapPhase runs one bwrap command line whose --json-status-fd is 3.
+func (h *harness) bwrapPhase(ctx context.Context, argv, env []string) (string, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return "", fmt.Errorf("bwrap: status pipe: %w", err)
+	}
+	defer unix.Close(p[0])
+	w := os.NewFile(uintptr(p[1]), "bwrap-status")
+	defer w.Close()
+	// bwrap writes the pipe blocking; only the harness's end reads without.
+	if err := unix.SetNonblock(p[1], false); err != nil {
+		return "", fmt.Errorf("bwrap: status pipe: %w", err)
+	}
+	out, err := stdoutOf(runProcessWith(ctx, cliTimeout, argv, env, "", nil, procExtra{
+		files: []*os.File{w},
+		orphans: func() []int {
+			w.Close()
+			if pid := bwrapStatus(p[0]); pid > 0 {
+				return []int{pid}
+			}
+			return nil
+		},
+	}))
+	if err != nil {
+		return "", fmt.Errorf("bwrap: %w", err)
 	}
 	return out, nil
 }
