@@ -243,7 +243,7 @@ func (r *Report) Markdown() string {
 
 	if r.hasCPU() {
 		fmt.Fprintf(&w, "\n### CPU per run\n\nCPU time of every process while one run went on (the harness and sandcell's server "+
-			"work, its fork server, the run's processes; a CLI runner's reaped processes), ms, p50 / p90 of the runs above.\n\n")
+			"work, its fork server, the run's processes; a CLI runner's processes, those that outlive it included, such as bwrap's sandbox init), ms, p50 / p90 of the runs above.\n\n")
 		fmt.Fprintf(&w, "| case | %s |\n|---|%s\n", strings.Join(r.Runners, " | "), strings.Repeat("---|", len(r.Runners)))
 		for _, row := range r.Latency {
 			cells := make([]string, len(r.Runners))

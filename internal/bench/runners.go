@@ -196,7 +196,8 @@ func (h *harness) sandcell(isolation string, fresh, direct bool) func(context.Co
 // cpu is the CPU time this process, its reaped children and the fork
 // server have used so far: what every runner's run costs the host, the
 // harness's own share included (a sandcell runner's work is this
-// process's; a CLI runner's is its reaped processes').
+// process's; a CLI runner's is its processes', those it leaves behind
+// included: runProcess reaps them, orphans.go).
 func (h *harness) cpu() time.Duration {
 	var self, kids unix.Rusage
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &self)
