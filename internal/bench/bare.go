@@ -207,15 +207,17 @@ func runProcess(ctx context.Context, timeout time.Duration, argv, env []string, 
 type procExtra struct {
 	// files are the command's fds 3, 4, ... (exec.Cmd.ExtraFiles).
 	files []*os.File
-	// orphans, called once the command has exited, names processes of
-	// the command that may outlive it (bwrap's sandbox init): they are
-	// reaped, and their CPU counted, with the command's process group.
+	// orphans, when set, makes the harness a subreaper while the command
+	// runs (orphans.go); called once the command has exited, it names
+	// processes of the command that outlive it in a session of their own
+	// (bwrap's sandbox init). Those and what is left of the command's
+	// process group are reaped, and their CPU counted, before runProcess
+	// returns. Only for a command that leaves nothing else outside its
+	// group: any other orphan would stay the harness's zombie.
 	orphans func() []int
 }
 
-// runProcessWith is runProcess with x. Every process the command leaves
-// is reaped before it returns (orphans.go), so that the CPU column counts
-// them: those still in its process group and those x.orphans names.
+// runProcessWith is runProcess with x.
 func runProcessWith(ctx context.Context, timeout time.Duration, argv, env []string, dir string, attr *syscall.SysProcAttr, x procExtra) (api.Phase, error) {
 	pctx := ctx
 	if timeout > 0 {
@@ -239,20 +241,20 @@ func runProcessWith(ctx context.Context, timeout time.Duration, argv, env []stri
 	stdout, stderr := &limitedBuffer{max: maxOutput}, &limitedBuffer{max: maxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.ExtraFiles = x.files
-	release, err := holdSubreaper()
-	if err != nil {
-		return api.Phase{}, fmt.Errorf("subreaper: %w", err)
+	if x.orphans != nil {
+		release, err := holdSubreaper()
+		if err != nil {
+			return api.Phase{}, fmt.Errorf("subreaper: %w", err)
+		}
+		defer release()
 	}
-	defer release()
 	// The program gets the host's timer slack, not sysmon's (internal/sysmon).
-	err = sysmon.WithOrigSlack(cmd.Start)
+	err := sysmon.WithOrigSlack(cmd.Start)
 	if err == nil {
 		err = cmd.Wait()
-		var pids []int
 		if x.orphans != nil {
-			pids = x.orphans()
+			reapOrphans(cmd.Process.Pid, x.orphans(), orphanGrace)
 		}
-		reapOrphans(cmd.Process.Pid, pids, orphanGrace)
 	}
 	res := api.Phase{Stdout: string(stdout.b), Stderr: string(stderr.b), Status: api.StatusOK}
 	var ee *exec.ExitError

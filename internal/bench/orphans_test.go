@@ -49,7 +49,7 @@ func TestRunProcessReapsOrphans(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "orphan")
-			var x procExtra
+			x := procExtra{orphans: func() []int { return nil }}
 			if tt.named {
 				x.orphans = func() []int {
 					// The orphan's pid, as bwrap's --json-status-fd gives it.
@@ -89,13 +89,37 @@ func TestRunProcessReapsOrphans(t *testing.T) {
 // grace period, so a run cannot hold the harness up.
 func TestReapOrphansKillsAfterGrace(t *testing.T) {
 	start := time.Now()
-	res, err := runProcessWith(context.Background(), time.Minute, []string{"/bin/sh", "-c", "sleep 60 >/dev/null 2>&1 & exit 0"}, nil, "", nil, procExtra{})
+	res, err := runProcessWith(context.Background(), time.Minute, []string{"/bin/sh", "-c", "sleep 60 >/dev/null 2>&1 & exit 0"}, nil, "", nil,
+		procExtra{orphans: func() []int { return nil }})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("runProcess: %v, exit %d", err, res.ExitCode)
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("runProcess waited %v for an orphan that sleeps 60 s; it must be killed after %v", d, orphanGrace)
 	}
+	noChildLeft(t)
+}
+
+// TestRunProcessLeavesNoZombie: a command without an orphans hook (the
+// runsc and sandcell CLIs, whose leftovers leave their process group)
+// does not make the harness a subreaper, so what it leaves goes to init
+// and no zombie piles up in the harness.
+func TestRunProcessLeavesNoZombie(t *testing.T) {
+	res, err := runProcess(context.Background(), time.Minute,
+		[]string{"/bin/sh", "-c", "setsid sh -c 'sleep 0.2' >/dev/null 2>&1 & exit 0"}, nil, "", nil)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("runProcess: %v, exit %d", err, res.ExitCode)
+	}
+	time.Sleep(600 * time.Millisecond) // the orphan's end
+	noChildLeft(t)
+	if v, err := unix.PrctlRetInt(unix.PR_GET_CHILD_SUBREAPER, 0, 0, 0, 0); err == nil && v != 0 {
+		t.Errorf("the harness is still a subreaper after runProcess")
+	}
+}
+
+// noChildLeft fails if the test process has a child to reap.
+func noChildLeft(t *testing.T) {
+	t.Helper()
 	var ws unix.WaitStatus
 	if pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil); pid > 0 {
 		t.Errorf("a child (%d, %v) was left to the test to reap", pid, ws)
