@@ -15,21 +15,23 @@ import (
 // The CPU column sums getrusage(RUSAGE_CHILDREN), which holds only the
 // processes the harness reaps: one that outlives its parent is handed to
 // init and its CPU is lost. bubblewrap's sandbox init (pid 1 of its pid
-// namespace, which makes the whole sandbox and reaps the program) is one:
-// the outer bwrap exits as soon as it has read the program's exit status,
-// before pid 1 has exited. Counted that way, bwrap's column left out most
-// of its work (5.1 ms a run of `true` on the development machine,
-// BENCHMARKS.md, issue #18, tenth pass). So while a command runs the
-// harness is a child subreaper (PR_SET_CHILD_SUBREAPER): such processes
-// become its children, and runProcess reaps those left in the command's
-// process group and those the command names (bwrap's --json-status-fd
-// child-pid) before the run's CPU is read. Only those: sandcell's own
-// children (a pool's containers, the fork server) are waited by sandcell,
-// and wait4(-1) would take them. So only bwrap's runs make the harness a
-// subreaper: the runsc CLI's and the sandcell CLI's leftovers leave their
-// process group unnamed, and would stay the harness's zombies (they go to
-// init, their CPU uncounted: about 1 ms of the runsc CLI's ~110 ms, 0.2 ms
-// of the sandcell CLI's, BENCHMARKS.md).
+// namespace, in a session of its own, which makes the whole sandbox and
+// reaps the program) is one: the outer bwrap exits as soon as it has read
+// the program's exit status, before pid 1 has exited. Counted that way,
+// bwrap's column left out most of its work (5.1 ms a run of `true` on the
+// development machine, BENCHMARKS.md, issue #18, tenth pass).
+//
+// So while a command that names its leftovers runs (bwrap, through
+// --json-status-fd's child-pid), the harness is a child subreaper
+// (PR_SET_CHILD_SUBREAPER): they become its children, and runProcess
+// reaps them and what is left of the command's process group before the
+// run's CPU is read. Only those, never wait4(-1): sandcell's own children
+// (a pool's containers, the fork server) are sandcell's to wait for.
+// Other commands leave the harness as it is: the runsc CLI's and the
+// sandcell CLI's leftovers leave their process group and nothing names
+// them, so as the harness's children they would stay its zombies. They go
+// to init, uncounted (about 1 ms of the runsc CLI's ~110 ms, 0.2 ms of the
+// sandcell CLI's; BENCHMARKS.md).
 
 // subreaper counts the commands that need the harness to be a subreaper.
 var subreaper struct {

@@ -347,14 +347,14 @@ func (h *harness) bwrap(ctx context.Context, c *benchCase, _ int) (string, error
 // bwrapPhase runs one bwrap command line whose --json-status-fd is 3.
 func (h *harness) bwrapPhase(ctx context.Context, argv, env []string) (string, error) {
 	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return "", fmt.Errorf("bwrap: status pipe: %w", err)
 	}
 	defer unix.Close(p[0])
-	w := os.NewFile(uintptr(p[1]), "bwrap-status")
+	w := os.NewFile(uintptr(p[1]), "bwrap-status") // blocking: bwrap's end, not in the poller
 	defer w.Close()
-	// bwrap writes the pipe blocking; only the harness's end reads without.
-	if err := unix.SetNonblock(p[1], false); err != nil {
+	// Only the harness's end reads without blocking (bwrapStatus).
+	if err := unix.SetNonblock(p[0], true); err != nil {
 		return "", fmt.Errorf("bwrap: status pipe: %w", err)
 	}
 	out, err := stdoutOf(runProcessWith(ctx, cliTimeout, argv, env, "", nil, procExtra{
