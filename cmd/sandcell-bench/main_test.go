@@ -105,10 +105,7 @@ func TestBenchReal(t *testing.T) {
 	rows := 0
 	cell := regexp.MustCompile(`^\d+\.\d\d / \d+\.\d\d / \d+\.\d\d$`)
 	for _, line := range strings.Split(out, "\n") {
-		f := strings.Split(strings.Trim(line, "|"), " | ")
-		for i := range f {
-			f[i] = strings.TrimSpace(f[i])
-		}
+		f := tableCells(line)
 		switch {
 		case strings.HasPrefix(line, "| case | n |"):
 			header = f
@@ -211,10 +208,7 @@ func cpuP50(t *testing.T, out, c, runner string) float64 {
 	t.Helper()
 	var header []string
 	for _, line := range strings.Split(out, "\n") {
-		f := strings.Split(strings.Trim(line, "|"), " | ")
-		for i := range f {
-			f[i] = strings.TrimSpace(f[i])
-		}
+		f := tableCells(line)
 		switch {
 		case strings.HasPrefix(line, "| case | bare host |"): // the CPU table's (the latency table has n)
 			header = f
@@ -232,4 +226,13 @@ func cpuP50(t *testing.T, out, c, runner string) float64 {
 	}
 	t.Fatalf("no CPU cell for %s, %s in:\n%s", c, runner, out)
 	return 0
+}
+
+// tableCells splits a Markdown table row into its trimmed cells.
+func tableCells(line string) []string {
+	f := strings.Split(strings.Trim(line, "|"), " | ")
+	for i := range f {
+		f[i] = strings.TrimSpace(f[i])
+	}
+	return f
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -112,7 +113,12 @@ func TestRunProcessLeavesNoZombie(t *testing.T) {
 	}
 	time.Sleep(600 * time.Millisecond) // the orphan's end
 	noChildLeft(t)
-	if v, err := unix.PrctlRetInt(unix.PR_GET_CHILD_SUBREAPER, 0, 0, 0, 0); err == nil && v != 0 {
+	// PR_GET_CHILD_SUBREAPER stores the flag through its argument.
+	var v int32
+	if err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&v)), 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if v != 0 {
 		t.Errorf("the harness is still a subreaper after runProcess")
 	}
 }
