@@ -111,7 +111,8 @@ func oracleDecode(data []byte) decodeOracle {
 }
 
 // oracleID is the canonical form of an id: a string re-encoded, an
-// integer as written; anything else (or longer than maxIDBytes) is bad.
+// integer as written; anything else (or longer than maxIDBytes, as written
+// or re-encoded) is bad.
 func oracleID(raw json.RawMessage) (id ID, bad bool) {
 	if len(bytes.TrimSpace(raw)) > maxIDBytes {
 		return ID{}, true
@@ -124,7 +125,8 @@ func oracleID(raw json.RawMessage) (id ID, bad bool) {
 	}
 	switch v := v.(type) {
 	case string:
-		return StringID(v), false
+		id := StringID(v)
+		return id, len(id.String()) > maxIDBytes
 	case json.Number:
 		if strings.ContainsAny(string(v), ".eE") {
 			return ID{}, true

@@ -50,7 +50,7 @@ type ID struct{ raw string }
 
 // IntID and StringID make ids for server-to-client requests and tests.
 func IntID(n int64) ID     { return ID{strconv.FormatInt(n, 10)} }
-func StringID(s string) ID { b, _ := json.Marshal(s); return ID{string(b)} }
+func StringID(s string) ID { b, _ := marshal(s); return ID{string(b)} }
 
 // IsValid reports whether the ID is present.
 func (id ID) IsValid() bool { return id.raw != "" }
@@ -86,7 +86,13 @@ func parseID(raw json.RawMessage) (ID, *Error) {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return ID{}, errorf(CodeInvalidRequest, "id: %v", err)
 		}
-		return StringID(s), nil
+		// The canonical form is what is echoed and kept: bound it too
+		// (U+2028 or invalid UTF-8 grows by up to 6x when re-encoded).
+		id := StringID(s)
+		if len(id.raw) > maxIDBytes {
+			return ID{}, errorf(CodeInvalidRequest, "id is %d bytes long re-encoded, at most %d", len(id.raw), maxIDBytes)
+		}
+		return id, nil
 	case raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9'):
 		digits := raw
 		if digits[0] == '-' {
