@@ -1,5 +1,5 @@
 // Binary sandcell-bench measures sandcell against its references (package
-// internal/bench): the latency of a program end to end through each
+// cmd/internal/bench): the latency of a program end to end through each
 // runner, side by side in one run, and the throughput of the bare host and
 // sandcell at 1, 2 and 4 runs in flight (the block of BENCHMARKS.md and
 // docs/bench-latency.svg: `make bench`); and, with humaneval, the
@@ -16,7 +16,7 @@
 //	sandcell-bench [global flags] kernel [--sandcell BIN] [-n N] [-starts N] [--markdown FILE]
 //
 // The global flags are sandcell's (--home, --state-dir, --cgroup-parent,
-// --pool-size...: internal/config) and --log-level; `sandcell-bench -h`
+// --pool-size...: cmd/internal/config) and --log-level; `sandcell-bench -h`
 // lists them with the bench's flags, `sandcell-bench humaneval -h` the
 // comparison's. The latency bench turns a warm pool of 4 on when
 // --pool-size is 0 (the default), for its pooled column. Tables go to
@@ -44,9 +44,9 @@ import (
 	"syscall"
 
 	"github.com/sandcell/sandcell/batch"
+	"github.com/sandcell/sandcell/cmd/internal/bench"
+	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/executor"
-	"github.com/sandcell/sandcell/internal/bench"
-	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/oci"
 )
 

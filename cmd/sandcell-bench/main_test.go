@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandcell/sandcell/internal/bench"
+	"github.com/sandcell/sandcell/cmd/internal/bench"
 	"github.com/sandcell/sandcell/internal/humaneval"
 	"github.com/sandcell/sandcell/internal/testutil"
 )

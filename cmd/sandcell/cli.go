@@ -10,7 +10,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sandcell/sandcell/internal/config"
+	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/limits"
 )

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandcell/sandcell/cmd/internal/doctor"
 	"github.com/sandcell/sandcell/executor"
-	"github.com/sandcell/sandcell/internal/doctor"
 	"github.com/sandcell/sandcell/internal/testutil"
 )
 

@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/sandcell/sandcell/internal/config"
+	"github.com/sandcell/sandcell/cmd/internal/config"
 )
 
 // configCommand: sandcell config check FILE | show

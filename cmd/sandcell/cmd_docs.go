@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandcell/sandcell/internal/config"
+	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/internal/version"
 )
 

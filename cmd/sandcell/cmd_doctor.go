@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/sandcell/sandcell/internal/doctor"
+	"github.com/sandcell/sandcell/cmd/internal/doctor"
 )
 
 // doctorCommand: sandcell doctor [--json] reports what the host supports and,

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sandcell/sandcell/internal/config"
+	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/internal/progress"
 	"github.com/sandcell/sandcell/rootfs"
 )

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/executor"
-	"github.com/sandcell/sandcell/internal/config"
 )
 
 // runCommand: sandcell run --lang LANG (--code STRING | FILE) [flags]

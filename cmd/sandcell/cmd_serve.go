@@ -13,10 +13,10 @@ import (
 
 	"golang.org/x/net/netutil"
 
+	"github.com/sandcell/sandcell/cmd/internal/config"
+	"github.com/sandcell/sandcell/cmd/internal/metrics"
 	"github.com/sandcell/sandcell/executor"
-	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/health"
-	"github.com/sandcell/sandcell/internal/metrics"
 	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"

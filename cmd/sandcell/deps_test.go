@@ -15,24 +15,24 @@ const module = "github.com/sandcell/sandcell/"
 // cmd -> service -> executor -> oci -> limits, seccomp, rootfs; api (the
 // wire types) is imported by all and imports nothing.
 var allowedImports = map[string][]string{
-	"cmd/sandcell":       {"api", "service", "batch", "executor", "mcp", "rest", "oci", "limits", "rootfs", "internal/config", "internal/doctor", "internal/health", "internal/workspace", "internal/metrics", "internal/version", "internal/progress"},
-	"cmd/sandcell-bench": {"api", "batch", "executor", "oci", "limits", "rootfs", "internal/bench", "internal/config"},
-	"internal/bench":     {"api", "batch", "executor", "oci", "limits", "rootfs", "seccomp", "internal/config", "internal/humaneval", "internal/par", "internal/sysmon"},
-	"internal/metrics":   {"executor", "oci"},
-	"internal/config":    {"executor", "oci", "limits", "rootfs", "internal/egress"},
-	"internal/doctor":    {"internal/config", "oci", "limits", "rootfs"},
-	"service":            {"api", "executor", "mcp", "oci", "limits", "rootfs", "internal/workspace"},
-	"batch":              {"api", "executor", "limits", "internal/humaneval", "internal/par", "internal/progress"},
-	"rest":               {"api", "batch", "executor", "limits", "rootfs"},
-	"executor":           {"api", "oci", "limits", "rootfs", "seccomp", "internal/egress", "internal/sysmon", "wasm"},
-	"wasm":               {"api", "oci", "limits", "internal/owner"},
-	"oci":                {"api", "limits", "internal/netcopy", "internal/owner", "internal/sysmon", "oci/zygote"},
-	"mcp":                {"api", "limits"},
-	"limits":             {"api"},
-	"rootfs":             {"api"},
-	"internal/workspace": {"api", "internal/owner"},
-	"internal/egress":    {"internal/netcopy"},
-	"internal/sysmon":    {"internal/owner"},
+	"cmd/sandcell":         {"api", "service", "batch", "executor", "mcp", "rest", "oci", "limits", "rootfs", "cmd/internal/config", "cmd/internal/doctor", "internal/health", "internal/workspace", "cmd/internal/metrics", "internal/version", "internal/progress"},
+	"cmd/sandcell-bench":   {"api", "batch", "executor", "oci", "limits", "rootfs", "cmd/internal/bench", "cmd/internal/config"},
+	"cmd/internal/bench":   {"api", "batch", "executor", "oci", "limits", "rootfs", "seccomp", "cmd/internal/config", "internal/humaneval", "internal/par", "internal/sysmon"},
+	"cmd/internal/metrics": {"executor", "oci"},
+	"cmd/internal/config":  {"executor", "oci", "limits", "rootfs", "internal/egress"},
+	"cmd/internal/doctor":  {"cmd/internal/config", "oci", "limits", "rootfs"},
+	"service":              {"api", "executor", "mcp", "oci", "limits", "rootfs", "internal/workspace"},
+	"batch":                {"api", "executor", "limits", "internal/humaneval", "internal/par", "internal/progress"},
+	"rest":                 {"api", "batch", "executor", "limits", "rootfs"},
+	"executor":             {"api", "oci", "limits", "rootfs", "seccomp", "internal/egress", "internal/sysmon", "wasm"},
+	"wasm":                 {"api", "oci", "limits", "internal/owner"},
+	"oci":                  {"api", "limits", "internal/netcopy", "internal/owner", "internal/sysmon", "oci/zygote"},
+	"mcp":                  {"api", "limits"},
+	"limits":               {"api"},
+	"rootfs":               {"api"},
+	"internal/workspace":   {"api", "internal/owner"},
+	"internal/egress":      {"internal/netcopy"},
+	"internal/sysmon":      {"internal/owner"},
 }
 
 // TestImportArrows keeps the package boundaries: the arrows point one way,
@@ -42,7 +42,7 @@ func TestImportArrows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sub := range []string{"internal", "cmd", "oci"} {
+	for _, sub := range []string{"internal", "cmd", "oci", "cmd/internal"} {
 		more, err := filepath.Glob("../../" + sub + "/*")
 		if err != nil {
 			t.Fatal(err)
@@ -55,13 +55,11 @@ func TestImportArrows(t *testing.T) {
 		if err != nil {
 			continue // not a Go package (docs, testdata)
 		}
-		name := strings.TrimPrefix(pkg.ImportPath, module)
-		switch parent := filepath.Base(filepath.Dir(dir)); parent {
-		case "internal", "cmd", "oci":
-			name = parent + "/" + filepath.Base(dir)
-		default:
-			name = filepath.Base(dir)
+		rel, err := filepath.Rel("../..", dir)
+		if err != nil {
+			t.Fatal(err)
 		}
+		name := filepath.ToSlash(rel)
 		checked++
 		allowed := map[string]bool{}
 		for _, a := range allowedImports[name] {

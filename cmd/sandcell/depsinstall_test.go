@@ -27,8 +27,8 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/executor"
-	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/internal/netcopy"
 	"github.com/sandcell/sandcell/internal/testutil"

@@ -30,8 +30,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/executor"
-	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/testutil"
 	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"

@@ -15,7 +15,7 @@ import (
 
 	ggcr "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/sandcell/sandcell/internal/config"
+	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/internal/testutil"
 	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/sandcell/sandcell/internal/config"
-	"github.com/sandcell/sandcell/internal/doctor"
+	"github.com/sandcell/sandcell/cmd/internal/config"
+	"github.com/sandcell/sandcell/cmd/internal/doctor"
 	"github.com/sandcell/sandcell/oci"
 )
 

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/batch"
-	"github.com/sandcell/sandcell/internal/doctor"
+	"github.com/sandcell/sandcell/cmd/internal/doctor"
 	"github.com/sandcell/sandcell/internal/testutil"
 )
 

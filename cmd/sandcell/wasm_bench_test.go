@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/executor"
-	"github.com/sandcell/sandcell/internal/config"
 	"github.com/sandcell/sandcell/internal/testutil"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"

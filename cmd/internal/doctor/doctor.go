@@ -10,7 +10,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"github.com/sandcell/sandcell/internal/config"
+	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
