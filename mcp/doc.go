@@ -14,8 +14,9 @@
 // malformed requests are protocol errors.
 //
 // The package knows nothing of containers: tools reach sandboxes through
-// the Executor interface, which cmd/sandcell implements. Of sandcell's
-// packages it imports only limits (types).
+// interfaces it defines itself (Executor, Sandbox, Installer, Kernels,
+// Images), which package service implements and cmd/sandcell wires. Of
+// sandcell's packages it imports only api and limits (types).
 //
 // A server with one tool, on stdio:
 //
