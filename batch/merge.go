@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/verdict"
 )
 
 // maxListed is how many ids a merge error names before "and N more".
@@ -255,7 +256,7 @@ func (s *MergeSummary) passAtK(outs []Output) {
 			tasks[t] = &tally{}
 		}
 		tasks[t].n++
-		if o.Verdict == VerdictAccepted {
+		if o.Verdict == verdict.Accepted {
 			tasks[t].c++
 		}
 		langOf[t] = o.Language

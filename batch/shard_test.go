@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/verdict"
 )
 
 func TestParseShard(t *testing.T) {
@@ -204,10 +205,10 @@ func TestMergeEqualsUnsharded(t *testing.T) {
 		}
 	}
 	s := m.Summary
-	if s.Lines != 20 || s.Verdicts[VerdictAccepted] != 12 || s.Verdicts[VerdictWrongAnswer] != 6 || s.Verdicts["status error"] != 1 || s.Verdicts["error"] != 1 {
+	if s.Lines != 20 || s.Verdicts[verdict.Accepted] != 12 || s.Verdicts[verdict.WrongAnswer] != 6 || s.Verdicts["status error"] != 1 || s.Verdicts["error"] != 1 {
 		t.Errorf("summary verdicts %v (lines %d), want 12 accepted, 6 wrong, 1 status error, 1 error", s.Verdicts, s.Lines)
 	}
-	if s.Language["python"][VerdictAccepted] != 12 || s.Language["sh"]["status error"] != 1 {
+	if s.Language["python"][verdict.Accepted] != 12 || s.Language["sh"]["status error"] != 1 {
 		t.Errorf("summary by language %v", s.Language)
 	}
 	// Tasks T0..T5 with 1, 2, 3, 1, 2, 3 right of 3: pass@1 = mean(c/n).

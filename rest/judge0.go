@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandcell/sandcell/api"
-	"github.com/sandcell/sandcell/batch"
 	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/verdict"
 	"github.com/sandcell/sandcell/limits"
 )
 
@@ -917,7 +917,7 @@ type judge0Outcome struct {
 }
 
 // judge0Judge maps a result onto Judge0's attributes: the verdict is
-// batch.Verdict's (the expected-output comparison of sandcell batch),
+// verdict.Judge's (the expected-output comparison sandcell batch uses too),
 // mapped onto Judge0's status ids as isolate_job.rb's determine_status
 // would give them: a time limit (or CPU time over cpu_time_limit within
 // the extra time) is 5, a signal 7-10 or 12 by the signal (an OOM kill is
@@ -956,25 +956,25 @@ func judge0Judge(in *judge0Input, res api.Result, tr *transcript) judge0Outcome 
 	if p.Signal != "" {
 		sig, code = int(unix.SignalNum(p.Signal)), 0
 	}
-	verdict := batch.Verdict(judged, in.expected)
-	if res.CPUTimeMS > in.cpuLimitM && (verdict == batch.VerdictAccepted || verdict == batch.VerdictWrongAnswer || verdict == batch.VerdictRuntimeError) {
-		verdict = batch.VerdictTimeLimit
+	v := verdict.Judge(judged, in.expected)
+	if res.CPUTimeMS > in.cpuLimitM && (v == verdict.Accepted || v == verdict.WrongAnswer || v == verdict.RuntimeError) {
+		v = verdict.TimeLimit
 	}
-	switch verdict {
-	case batch.VerdictAccepted:
+	switch v {
+	case verdict.Accepted:
 		o.status = statusAccepted
-	case batch.VerdictWrongAnswer:
+	case verdict.WrongAnswer:
 		o.status = statusWrong
-	case batch.VerdictTimeLimit:
+	case verdict.TimeLimit:
 		o.status, o.message = statusTLE, str("Time limit exceeded")
 		if p.Message != "" {
 			o.message = str(p.Message)
 		}
-	case batch.VerdictMemoryLimit:
+	case verdict.MemoryLimit:
 		o.status, sig, o.message = statusOther, int(unix.SIGKILL), str(p.Message)
-	case batch.VerdictOutputLimit:
+	case verdict.OutputLimit:
 		o.status, sig, o.message = statusSIGXFSZ, int(unix.SIGXFSZ), str(p.Message)
-	case batch.VerdictRuntimeError:
+	case verdict.RuntimeError:
 		switch unix.Signal(sig) {
 		case 0:
 			o.status, o.message = statusNZEC, str(fmt.Sprintf("Exited with error status %d", code))
