@@ -5,7 +5,9 @@
 // memory_limit_exceeded, output_limit_exceeded, and sandcell's own
 // cancelled and internal_error. It is the one judge of two front ends:
 // batch writes the verdict on each output line, and rest's Judge0 adapter
-// maps it onto Judge0's status ids. Neither imports the other.
+// maps it onto Judge0's status ids. Neither imports the other. (How a
+// run ended, api.Status, is the runtime's to say; a verdict is what that
+// means for the program, judged against what it should have done.)
 //
 // Invariant: a verdict is a function of the result and the expected
 // output alone (no I/O, no clock, no configuration), and its names are the
