@@ -20,21 +20,8 @@ import (
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/humaneval"
 	"github.com/sandcell/sandcell/internal/par"
+	"github.com/sandcell/sandcell/internal/verdict"
 	"github.com/sandcell/sandcell/limits"
-)
-
-// Verdicts of a batch line (Judge0's, in snake case). A line gets one when
-// it gives expected_output, and every HumanEval-X line.
-const (
-	VerdictAccepted      = "accepted"
-	VerdictWrongAnswer   = "wrong_answer"
-	VerdictCompileError  = "compile_error"
-	VerdictRuntimeError  = "runtime_error"
-	VerdictTimeLimit     = "time_limit_exceeded"
-	VerdictMemoryLimit   = "memory_limit_exceeded"
-	VerdictOutputLimit   = "output_limit_exceeded"
-	VerdictCancelled     = "cancelled"
-	VerdictInternalError = "internal_error"
 )
 
 // MaxLineBytes caps one input line: a source (executor.MaxSourceBytes) and a
@@ -263,65 +250,9 @@ func parseLine(n int, line []byte) Job {
 	}
 	if in.ExpectedOutput != nil {
 		want := *in.ExpectedOutput
-		j.Judge = func(res api.Result) string { return JudgeOutput(res, want) }
+		j.Judge = func(res api.Result) string { return verdict.Judge(res, &want) }
 	}
 	return j
-}
-
-// JudgeOutput is the Judge0-style verdict of a run against the expected
-// output. The run must have compiled, ended by itself with exit status 0
-// and within its limits; then its stdout must equal want, except that
-// each line's trailing spaces and tabs, a "\r" before a newline and
-// trailing newlines do not count (so "1 2\n" matches "1 2" and
-// "1 2 \r\n\n"). Leading and inner whitespace counts.
-func JudgeOutput(res api.Result, want string) string { return Verdict(res, &want) }
-
-// Verdict is JudgeOutput for a run with or without an expected output:
-// without one (want nil) stdout is not compared (Judge0's rule), and a
-// run that compiled and ended by itself with exit status 0 within its
-// limits is accepted.
-func Verdict(res api.Result, want *string) string {
-	if v := failureVerdict(res); v != "" {
-		return v
-	}
-	if res.Status != api.StatusOK {
-		return VerdictRuntimeError
-	}
-	if want != nil && normalizeOutput(res.Stdout) != normalizeOutput(*want) {
-		return VerdictWrongAnswer
-	}
-	return VerdictAccepted
-}
-
-// failureVerdict is the verdict of a run that did not end by itself
-// within its limits, or "" (status ok or error).
-func failureVerdict(res api.Result) string {
-	switch res.Status {
-	case api.StatusInternalError:
-		return VerdictInternalError
-	case api.StatusCancelled:
-		return VerdictCancelled
-	}
-	if res.CompileFailed {
-		return VerdictCompileError
-	}
-	switch res.Status {
-	case api.StatusTimeout:
-		return VerdictTimeLimit
-	case api.StatusMemoryLimit:
-		return VerdictMemoryLimit
-	case api.StatusOutputLimit:
-		return VerdictOutputLimit
-	}
-	return ""
-}
-
-func normalizeOutput(s string) string {
-	lines := strings.Split(strings.ReplaceAll(s, "\r\n", "\n"), "\n")
-	for i, l := range lines {
-		lines[i] = strings.TrimRight(l, " \t")
-	}
-	return strings.TrimRight(strings.Join(lines, "\n"), "\n")
 }
 
 // HumanEval are the programs to judge from the HumanEval-X data at
@@ -445,13 +376,13 @@ func readLines(path string) ([][]byte, error) {
 // JudgeHumanEval is the harness's verdict (humaneval.Passed): accepted, or
 // wrong_answer when a test failed; a compile error or a limit has its own.
 func JudgeHumanEval(lang string, res api.Result) string {
-	if v := failureVerdict(res); v != "" {
+	if v := verdict.Failure(res); v != "" {
 		return v
 	}
 	if humaneval.Passed(lang, res.ExitCode, res.Stdout, res.Stderr) && res.Status == api.StatusOK {
-		return VerdictAccepted
+		return verdict.Accepted
 	}
-	return VerdictWrongAnswer
+	return verdict.WrongAnswer
 }
 
 // Runner runs jobs and appends their results to a file.
@@ -533,7 +464,7 @@ func (b *Runner) Run(ctx context.Context, jobs []Job, outPath string) (Summary, 
 		sum.Written++
 		v := o.VerdictKey()
 		sum.Verdicts[v]++
-		b.Progress.add(v == VerdictAccepted || v == "status ok")
+		b.Progress.add(v == verdict.Accepted || v == "status ok")
 	}
 	b.Progress.finish()
 	sum.Elapsed = time.Since(start)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/verdict"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -150,66 +151,18 @@ func TestParseBatchLines(t *testing.T) {
 	}
 }
 
-func TestJudgeOutput(t *testing.T) {
-	ok := func(out string) api.Result { return api.Result{Phase: api.Phase{Status: api.StatusOK, Stdout: out}} }
-	for _, tc := range []struct {
-		name string
-		res  api.Result
-		want string
-		v    string
-	}{
-		{"exact", ok("1 2\n"), "1 2\n", VerdictAccepted},
-		{"no final newline", ok("1 2\n"), "1 2", VerdictAccepted},
-		{"trailing spaces and blank lines", ok("1 2  \r\n\n\n"), "1 2", VerdictAccepted},
-		{"trailing tab inside", ok("a\t\nb\n"), "a\nb\n", VerdictAccepted},
-		{"leading space counts", ok(" 1 2\n"), "1 2\n", VerdictWrongAnswer},
-		{"inner space counts", ok("1  2\n"), "1 2\n", VerdictWrongAnswer},
-		{"different", ok("3\n"), "4\n", VerdictWrongAnswer},
-		{"empty vs text", ok(""), "x", VerdictWrongAnswer},
-		{"runtime error", api.Result{Phase: api.Phase{Status: api.StatusError, ExitCode: 1, Stdout: "x"}}, "x", VerdictRuntimeError},
-		{"compile error", api.Result{Phase: api.Phase{Status: api.StatusError}, CompileFailed: true}, "x", VerdictCompileError},
-		{"compile timeout", api.Result{Phase: api.Phase{Status: api.StatusTimeout}, CompileFailed: true}, "x", VerdictCompileError},
-		{"timeout", api.Result{Phase: api.Phase{Status: api.StatusTimeout}}, "x", VerdictTimeLimit},
-		{"memory", api.Result{Phase: api.Phase{Status: api.StatusMemoryLimit}}, "x", VerdictMemoryLimit},
-		{"output", api.Result{Phase: api.Phase{Status: api.StatusOutputLimit, Stdout: "x"}}, "x", VerdictOutputLimit},
-		{"internal", api.Result{Phase: api.Phase{Status: api.StatusInternalError}, CompileFailed: true}, "x", VerdictInternalError},
-	} {
-		if got := JudgeOutput(tc.res, tc.want); got != tc.v {
-			t.Errorf("%s: JudgeOutput(%+v, %q) = %s, want %s", tc.name, tc.res, tc.want, got, tc.v)
-		}
-	}
-}
-
-// TestVerdictWithoutExpectedOutput: without an expected output stdout is
-// not compared; the run's own verdict stands.
-func TestVerdictWithoutExpectedOutput(t *testing.T) {
-	for _, tc := range []struct {
-		res api.Result
-		v   string
-	}{
-		{api.Result{Phase: api.Phase{Status: api.StatusOK, Stdout: "anything"}}, VerdictAccepted},
-		{api.Result{Phase: api.Phase{Status: api.StatusError, ExitCode: 3}}, VerdictRuntimeError},
-		{api.Result{Phase: api.Phase{Status: api.StatusError}, CompileFailed: true}, VerdictCompileError},
-		{api.Result{Phase: api.Phase{Status: api.StatusTimeout}}, VerdictTimeLimit},
-	} {
-		if got := Verdict(tc.res, nil); got != tc.v {
-			t.Errorf("Verdict(%+v, nil) = %s, want %s", tc.res, got, tc.v)
-		}
-	}
-}
-
 func TestJudgeHumanEval(t *testing.T) {
 	for _, tc := range []struct {
 		lang string
 		res  api.Result
 		want string
 	}{
-		{"python", api.Result{Phase: api.Phase{Status: api.StatusOK}}, VerdictAccepted},
-		{"python", api.Result{Phase: api.Phase{Status: api.StatusError, ExitCode: 1, Stderr: "AssertionError"}}, VerdictWrongAnswer},
-		{"javascript", api.Result{Phase: api.Phase{Status: api.StatusOK, Stderr: "Assertion failed"}}, VerdictWrongAnswer},
-		{"javascript", api.Result{Phase: api.Phase{Status: api.StatusOK}}, VerdictAccepted},
-		{"rust", api.Result{Phase: api.Phase{Status: api.StatusError}, CompileFailed: true}, VerdictCompileError},
-		{"java", api.Result{Phase: api.Phase{Status: api.StatusTimeout}}, VerdictTimeLimit},
+		{"python", api.Result{Phase: api.Phase{Status: api.StatusOK}}, verdict.Accepted},
+		{"python", api.Result{Phase: api.Phase{Status: api.StatusError, ExitCode: 1, Stderr: "AssertionError"}}, verdict.WrongAnswer},
+		{"javascript", api.Result{Phase: api.Phase{Status: api.StatusOK, Stderr: "Assertion failed"}}, verdict.WrongAnswer},
+		{"javascript", api.Result{Phase: api.Phase{Status: api.StatusOK}}, verdict.Accepted},
+		{"rust", api.Result{Phase: api.Phase{Status: api.StatusError}, CompileFailed: true}, verdict.CompileError},
+		{"java", api.Result{Phase: api.Phase{Status: api.StatusTimeout}}, verdict.TimeLimit},
 	} {
 		if got := JudgeHumanEval(tc.lang, tc.res); got != tc.want {
 			t.Errorf("JudgeHumanEval(%s, %+v) = %s, want %s", tc.lang, tc.res, got, tc.want)
@@ -245,7 +198,7 @@ func TestBatchRunAndResume(t *testing.T) {
 		t.Errorf("first run: %s", sum)
 	}
 	got := byID(readOutputs(t, out))
-	for key, want := range map[string]string{"a": VerdictAccepted, "b": VerdictWrongAnswer} {
+	for key, want := range map[string]string{"a": verdict.Accepted, "b": verdict.WrongAnswer} {
 		if got[key].Verdict != want {
 			t.Errorf("%s: verdict %q, want %q", key, got[key].Verdict, want)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/verdict"
 )
 
 // maxListed is how many ids a merge error names before "and N more".
@@ -74,98 +75,115 @@ type ShardStats struct {
 // Within one file, a line retried by a resume (an internal error, then a
 // result) counts once: its last result wins, as resume itself decides.
 func Merge(jobs []Job, paths []string) (Merged, error) {
-	type seen struct {
-		o    Output
-		file string
-	}
-	want := make(map[string]int, len(jobs)) // key -> index in jobs
-	for i, j := range jobs {
-		want[j.key()] = i
-	}
-	got := map[string]seen{}
-	var dups, unknown []string
-	sum := MergeSummary{Files: len(paths), Verdicts: map[string]int{}, Language: map[string]map[string]int{}}
+	m := newMerger(jobs)
 	for _, path := range paths {
 		outs, err := readShard(path)
 		if err != nil {
 			return Merged{}, err
 		}
-		var first, last time.Time
-		n := 0
-		inFile := map[string]bool{}
-		for _, o := range outs {
-			k := o.Key()
-			if _, ok := want[k]; !ok {
-				unknown = append(unknown, fmt.Sprintf("%q (%s)", k, path))
-				continue
-			}
-			prev, had := got[k]
-			switch {
-			case had && prev.file != path:
-				dups = append(dups, fmt.Sprintf("%q in %s and %s", k, prev.file, path))
-				continue
-			case had && prev.o.done():
-				// Resume never runs a finished line again: a second
-				// result after it came from a second writer.
-				dups = append(dups, fmt.Sprintf("%q twice in %s", k, path))
-				continue
-			}
-			got[k] = seen{o, path}
-			if !inFile[k] {
-				inFile[k] = true
-				n++
-			}
-			if !o.Started.IsZero() && (first.IsZero() || o.Started.Before(first)) {
-				first = o.Started
-			}
-			if o.Finished.After(last) {
-				last = o.Finished
-			}
-		}
-		st := ShardStats{File: path, Lines: n}
-		if !first.IsZero() && last.After(first) {
-			st.WallSeconds = last.Sub(first).Seconds()
-			st.PerSecond = float64(n) / st.WallSeconds
-		}
-		sum.Shards = append(sum.Shards, st)
+		m.shards = append(m.shards, m.add(path, outs))
 	}
+	if err := m.err(); err != nil {
+		return Merged{}, err
+	}
+	return m.merged(len(paths)), nil
+}
+
+// merger gathers a sharded batch's results, file by file, for its jobs.
+type merger struct {
+	jobs          []Job
+	want          map[string]int // key -> index in jobs
+	got           map[string]shardOutput
+	dups, unknown []string // what err refuses
+	shards        []ShardStats
+}
+
+// shardOutput is a result and the file it came from.
+type shardOutput struct {
+	o    Output
+	file string
+}
+
+func newMerger(jobs []Job) *merger {
+	m := &merger{jobs: jobs, want: make(map[string]int, len(jobs)), got: map[string]shardOutput{}}
+	for i, j := range jobs {
+		m.want[j.key()] = i
+	}
+	return m
+}
+
+// add takes one file's results and is the file's share.
+func (m *merger) add(path string, outs []Output) ShardStats {
+	var sp span
+	n := 0
+	inFile := map[string]bool{}
+	for _, o := range outs {
+		k := o.Key()
+		if _, ok := m.want[k]; !ok {
+			m.unknown = append(m.unknown, fmt.Sprintf("%q (%s)", k, path))
+			continue
+		}
+		prev, had := m.got[k]
+		switch {
+		case had && prev.file != path:
+			m.dups = append(m.dups, fmt.Sprintf("%q in %s and %s", k, prev.file, path))
+			continue
+		case had && prev.o.done():
+			// Resume never runs a finished line again: a second
+			// result after it came from a second writer.
+			m.dups = append(m.dups, fmt.Sprintf("%q twice in %s", k, path))
+			continue
+		}
+		m.got[k] = shardOutput{o, path}
+		if !inFile[k] {
+			inFile[k] = true
+			n++
+		}
+		sp.add(o.Started, o.Finished)
+	}
+	st := ShardStats{File: path, Lines: n}
+	st.WallSeconds, st.PerSecond = sp.rate(n)
+	return st
+}
+
+// err is what the files do not agree on: duplicates, missing lines and
+// unknown ids, each class naming its first ids.
+func (m *merger) err() error {
 	var missing []string
-	for _, j := range jobs {
-		if _, ok := got[j.key()]; !ok {
+	for _, j := range m.jobs {
+		if _, ok := m.got[j.key()]; !ok {
 			missing = append(missing, strconv.Quote(j.key()))
 		}
 	}
 	var errs []error
-	if len(dups) > 0 {
-		errs = append(errs, fmt.Errorf("%w: %d ids: %s", ErrDuplicate, len(dups), listed(dups)))
+	if len(m.dups) > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d ids: %s", ErrDuplicate, len(m.dups), listed(m.dups)))
 	}
 	if len(missing) > 0 {
-		errs = append(errs, fmt.Errorf("%w: %d of %d ids, e.g. %s (run their shards, or finish them: a rerun resumes)", ErrMissing, len(missing), len(jobs), listed(missing)))
+		errs = append(errs, fmt.Errorf("%w: %d of %d ids, e.g. %s (run their shards, or finish them: a rerun resumes)", ErrMissing, len(missing), len(m.jobs), listed(missing)))
 	}
-	if len(unknown) > 0 {
-		errs = append(errs, fmt.Errorf("%w: %d results: %s (a results file of another input?)", ErrUnknown, len(unknown), listed(unknown)))
+	if len(m.unknown) > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d results: %s (a results file of another input?)", ErrUnknown, len(m.unknown), listed(m.unknown)))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return Merged{}, err
-	}
+	return errors.Join(errs...)
+}
 
-	m := Merged{Outputs: make([]Output, len(jobs))}
-	var first, last time.Time
-	timed := 0
-	for k, s := range got {
-		m.Outputs[want[k]] = s.o
-		if !s.o.Started.IsZero() && !s.o.Finished.IsZero() {
-			timed++
-			if first.IsZero() || s.o.Started.Before(first) {
-				first = s.o.Started
-			}
-			if s.o.Finished.After(last) {
-				last = s.o.Finished
-			}
-		}
+// merged is one output per job, in the jobs' order, and the summary of
+// the files outputs were read from.
+func (m *merger) merged(files int) Merged {
+	outs := make([]Output, len(m.jobs))
+	for k, s := range m.got {
+		outs[m.want[k]] = s.o
 	}
-	sum.Lines = len(m.Outputs)
-	for _, o := range m.Outputs {
+	sum := MergeSummary{Lines: len(outs), Files: files, Verdicts: map[string]int{}, Language: map[string]map[string]int{},
+		Shards: m.shards}
+	var sp span
+	timed := 0
+	for _, o := range outs {
+		if !o.Started.IsZero() && !o.Finished.IsZero() {
+			timed++
+			sp.add(o.Started, o.Finished)
+		}
 		v := o.VerdictKey()
 		sum.Verdicts[v]++
 		lang := o.Language
@@ -180,13 +198,32 @@ func Merge(jobs []Job, paths []string) (Merged, error) {
 			sum.Unfinished++
 		}
 	}
-	if timed > 0 && last.After(first) {
-		sum.WallSeconds = last.Sub(first).Seconds()
-		sum.PerSecond = float64(timed) / sum.WallSeconds
+	sum.WallSeconds, sum.PerSecond = sp.rate(timed)
+	sum.passAtK(outs)
+	return Merged{Outputs: outs, Summary: sum}
+}
+
+// span is the time from the first start to the last finish of some
+// lines (a line without a start still counts its finish).
+type span struct{ first, last time.Time }
+
+func (s *span) add(started, finished time.Time) {
+	if !started.IsZero() && (s.first.IsZero() || started.Before(s.first)) {
+		s.first = started
 	}
-	sum.passAtK(m.Outputs)
-	m.Summary = sum
-	return m, nil
+	if finished.After(s.last) {
+		s.last = finished
+	}
+}
+
+// rate is the span in seconds and n lines a second over it; zeros if
+// nothing started, or nothing finished after the first start.
+func (s span) rate(n int) (seconds, perSecond float64) {
+	if s.first.IsZero() || !s.last.After(s.first) {
+		return 0, 0
+	}
+	seconds = s.last.Sub(s.first).Seconds()
+	return seconds, float64(n) / seconds
 }
 
 // readShard reads one results file, refusing a torn last line (resume
@@ -255,7 +292,7 @@ func (s *MergeSummary) passAtK(outs []Output) {
 			tasks[t] = &tally{}
 		}
 		tasks[t].n++
-		if o.Verdict == VerdictAccepted {
+		if o.Verdict == verdict.Accepted {
 			tasks[t].c++
 		}
 		langOf[t] = o.Language

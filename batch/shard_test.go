@@ -12,8 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/verdict"
 )
 
 func TestParseShard(t *testing.T) {
@@ -204,10 +206,10 @@ func TestMergeEqualsUnsharded(t *testing.T) {
 		}
 	}
 	s := m.Summary
-	if s.Lines != 20 || s.Verdicts[VerdictAccepted] != 12 || s.Verdicts[VerdictWrongAnswer] != 6 || s.Verdicts["status error"] != 1 || s.Verdicts["error"] != 1 {
+	if s.Lines != 20 || s.Verdicts[verdict.Accepted] != 12 || s.Verdicts[verdict.WrongAnswer] != 6 || s.Verdicts["status error"] != 1 || s.Verdicts["error"] != 1 {
 		t.Errorf("summary verdicts %v (lines %d), want 12 accepted, 6 wrong, 1 status error, 1 error", s.Verdicts, s.Lines)
 	}
-	if s.Language["python"][VerdictAccepted] != 12 || s.Language["sh"]["status error"] != 1 {
+	if s.Language["python"][verdict.Accepted] != 12 || s.Language["sh"]["status error"] != 1 {
 		t.Errorf("summary by language %v", s.Language)
 	}
 	// Tasks T0..T5 with 1, 2, 3, 1, 2, 3 right of 3: pass@1 = mean(c/n).
@@ -294,5 +296,30 @@ func TestMergeRetriedLine(t *testing.T) {
 	}
 	if len(m.Outputs) != 2 || m.Outputs[0].Stdout != "fixed" || m.Summary.Unfinished != 0 {
 		t.Errorf("after the retry: %+v, unfinished %d; want a's second result", m.Outputs, m.Summary.Unfinished)
+	}
+}
+
+// TestSpan: throughput runs from the first start to the last finish; a
+// line with no start still ends the span; no span (nothing started, or
+// nothing finished after) is no throughput rather than a division by zero.
+func TestSpan(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	var s span
+	s.add(at(2), at(3))
+	s.add(at(1), at(2))
+	s.add(time.Time{}, at(5)) // resumed: no start
+	if secs, rate := s.rate(8); secs != 4 || rate != 2 {
+		t.Errorf("rate(8) over 1s..5s = %v s, %v/s; want 4 s, 2/s", secs, rate)
+	}
+	var none span
+	none.add(time.Time{}, at(5))
+	if secs, rate := none.rate(3); secs != 0 || rate != 0 {
+		t.Errorf("rate with no start = %v s, %v/s; want zeros", secs, rate)
+	}
+	var backwards span
+	backwards.add(at(5), at(5))
+	if secs, rate := backwards.rate(1); secs != 0 || rate != 0 {
+		t.Errorf("rate of an empty span = %v s, %v/s; want zeros", secs, rate)
 	}
 }

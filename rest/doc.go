@@ -10,7 +10,8 @@
 // Options.Admit (the server's gate, the same as the MCP tools'); its
 // api.Result is translated back. There is no second run path, and no
 // verdict of our own: Judge0's expected-output comparison is
-// batch.Verdict's. Everything an adapter refuses (malformed JSON, an
+// internal/verdict's, the one sandcell batch judges by (rest imports no
+// other front end). Everything an adapter refuses (malformed JSON, an
 // unknown language or version, a source over executor.MaxSourceBytes,
 // limits outside [minimum, ceiling], hostile base64 or hex) is refused
 // before Execute is called, in the API's own error shape (Piston:

@@ -136,7 +136,8 @@ func (e badRequest) Error() string { return string(e) }
 func badf(format string, args ...any) error { return badRequest(fmt.Sprintf(format, args...)) }
 
 // pistonParse checks a job's fields as Piston's get_job does, with its
-// messages, and builds the run. Every error is a badRequest.
+// messages and in its order, and builds the run. Every error is a
+// badRequest but the server's own (listing the runtimes).
 func (h *Handler) pistonParse(body []byte) (*pistonJob, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil || m == nil {
@@ -150,21 +151,9 @@ func (h *Handler) pistonParse(body []byte) (*pistonJob, error) {
 	if !ok || version == "" {
 		return nil, badf("version is required as a string")
 	}
-	var rawFiles []json.RawMessage
-	if err := json.Unmarshal(m["files"], &rawFiles); err != nil || rawFiles == nil {
-		return nil, badf("files is required as an array")
-	}
-	type file struct {
-		Name     json.RawMessage `json:"name"`
-		Content  json.RawMessage `json:"content"`
-		Encoding json.RawMessage `json:"encoding"`
-	}
-	files := make([]file, len(rawFiles))
-	for i, rf := range rawFiles {
-		err := json.Unmarshal(rf, &files[i])
-		if _, ok := jsonString(files[i].Content); err != nil || !ok {
-			return nil, badf("files[%d].content is required as a string", i)
-		}
+	files, err := pistonFiles(m["files"])
+	if err != nil {
+		return nil, err
 	}
 	rts, err := h.pistonRuntimes()
 	if err != nil {
@@ -174,32 +163,84 @@ func (h *Handler) pistonParse(body []byte) (*pistonJob, error) {
 	if !ok {
 		return nil, badf("%s-%s runtime is unknown", language, version)
 	}
-	lang := rt.lang
 	if len(files) > pistonMaxFiles {
 		return nil, badf("files: %d files, at most %d", len(files), pistonMaxFiles)
 	}
-	job := &pistonJob{rt: rt, req: api.Request{Language: lang.Name}}
+	job := &pistonJob{rt: rt, req: api.Request{Language: rt.lang.Name}}
+	if job.req.Files, job.req.Script, err = pistonPlace(files, rt.lang); err != nil {
+		return nil, err
+	}
+	if job.req.Stdin, err = pistonStdin(m["stdin"]); err != nil {
+		return nil, err
+	}
+	if raw, ok := m["args"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &job.req.Args); err != nil {
+			return nil, badf("args must be an array of strings")
+		}
+		if err := checkArgs(job.req.Args); err != nil {
+			return nil, err
+		}
+	}
+	run, compile, err := h.pistonLimits(m, rt.lang)
+	if err != nil {
+		return nil, err
+	}
+	job.req.Limits, job.req.CompileLimits = run, &compile
+	return job, nil
+}
+
+// pistonFile is an entry of a job's files, as sent.
+type pistonFile struct {
+	Name     json.RawMessage `json:"name"`
+	Content  json.RawMessage `json:"content"`
+	Encoding json.RawMessage `json:"encoding"`
+}
+
+// pistonFiles reads the files attribute: an array of objects, each with
+// a string content.
+func pistonFiles(raw json.RawMessage) ([]pistonFile, error) {
+	var rawFiles []json.RawMessage
+	if err := json.Unmarshal(raw, &rawFiles); err != nil || rawFiles == nil {
+		return nil, badf("files is required as an array")
+	}
+	files := make([]pistonFile, len(rawFiles))
+	for i, rf := range rawFiles {
+		err := json.Unmarshal(rf, &files[i])
+		if _, ok := jsonString(files[i].Content); err != nil || !ok {
+			return nil, badf("files[%d].content is required as a string", i)
+		}
+	}
+	return files, nil
+}
+
+// pistonPlace decodes a job's files and places them in /work: each under
+// its name (checked by workPath, once), at most executor.MaxSourceBytes in
+// all. The main file, the one the language runs (script), is the first
+// utf8 one; there must be one.
+func pistonPlace(files []pistonFile, lang Language) (placed []api.File, script string, err error) {
 	main, total := -1, 0
 	seen := map[string]bool{}
 	for i, f := range files {
 		enc := "utf8"
 		if len(f.Encoding) > 0 && string(f.Encoding) != "null" {
+			var ok bool
 			if enc, ok = jsonString(f.Encoding); !ok || !slices.Contains([]string{"utf8", "base64", "hex"}, enc) {
-				return nil, badf("files[%d].encoding must be one of utf8, base64, hex", i)
+				return nil, "", badf("files[%d].encoding must be one of utf8, base64, hex", i)
 			}
 		}
 		content, _ := jsonString(f.Content)
 		data, err := decodeContent(content, enc)
 		if err != nil {
-			return nil, badf("files[%d].content is not valid %s: %v", i, enc, err)
+			return nil, "", badf("files[%d].content is not valid %s: %v", i, enc, err)
 		}
 		if total += len(data); total > executor.MaxSourceBytes {
-			return nil, badf("files: more than %d bytes in all", executor.MaxSourceBytes)
+			return nil, "", badf("files: more than %d bytes in all", executor.MaxSourceBytes)
 		}
 		name := ""
 		if len(f.Name) > 0 && string(f.Name) != "null" {
+			var ok bool
 			if name, ok = jsonString(f.Name); !ok {
-				return nil, badf("files[%d].name must be a string", i)
+				return nil, "", badf("files[%d].name must be a string", i)
 			}
 		}
 		if name == "" {
@@ -213,56 +254,41 @@ func (h *Handler) pistonParse(body []byte) (*pistonJob, error) {
 		}
 		clean, err := workPath(name)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if seen[clean] {
-			return nil, badf("files[%d].name %q: two files have that name", i, name)
+			return nil, "", badf("files[%d].name %q: two files have that name", i, name)
 		}
 		seen[clean] = true
 		if main < 0 && enc == "utf8" {
-			main, job.req.Script = i, clean
+			main, script = i, clean
 		}
-		job.req.Files = append(job.req.Files, api.File{Path: clean, Data: data, Mode: 0o644})
+		placed = append(placed, api.File{Path: clean, Data: data, Mode: 0o644})
 	}
 	if main < 0 {
-		return nil, badf("files must include at least one utf8 encoded file")
+		return nil, "", badf("files must include at least one utf8 encoded file")
 	}
-	if raw, ok := m["stdin"]; ok && string(raw) != "null" {
-		stdin, ok := jsonString(raw)
+	return placed, script, nil
+}
+
+// pistonStdin reads stdin (absent or null: none) and ends it in a
+// newline if it does not (Piston's job.js adds one).
+func pistonStdin(raw json.RawMessage) ([]byte, error) {
+	var stdin []byte
+	if len(raw) > 0 && string(raw) != "null" {
+		s, ok := jsonString(raw)
 		if !ok {
 			return nil, badf("stdin must be a string")
 		}
-		job.req.Stdin = []byte(stdin)
+		stdin = []byte(s)
 	}
-	// Piston adds a newline to stdin that does not end in one (job.js).
-	if !strings.HasSuffix(string(job.req.Stdin), "\n") {
-		job.req.Stdin = append(job.req.Stdin, '\n')
+	if !strings.HasSuffix(string(stdin), "\n") {
+		stdin = append(stdin, '\n')
 	}
-	if len(job.req.Stdin) > executor.MaxStdinBytes {
-		return nil, badf("stdin is %d bytes, at most %d", len(job.req.Stdin), executor.MaxStdinBytes)
+	if len(stdin) > executor.MaxStdinBytes {
+		return nil, badf("stdin is %d bytes, at most %d", len(stdin), executor.MaxStdinBytes)
 	}
-	if raw, ok := m["args"]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &job.req.Args); err != nil {
-			return nil, badf("args must be an array of strings")
-		}
-		if err := checkArgs(job.req.Args); err != nil {
-			return nil, err
-		}
-	}
-	run, compile, err := h.pistonLimits(m)
-	if err != nil {
-		return nil, err
-	}
-	if _, _, err := h.opts.Executor.PhaseLimits(lang.Limits, run); err != nil {
-		return nil, badf("run limits: %v", err)
-	}
-	if lang.Compiled() {
-		if _, _, err := h.opts.Executor.PhaseLimits(lang.CompileLimits, compile); err != nil {
-			return nil, badf("compile limits: %v", err)
-		}
-	}
-	job.req.Limits, job.req.CompileLimits = run, &compile
-	return job, nil
+	return stdin, nil
 }
 
 // pistonMatch is the runtime of a language (name or alias) whose version
@@ -293,8 +319,9 @@ func pistonMatch(rts []pistonRuntime, language, version string) (pistonRuntime, 
 // pistonLimits reads compile_/run_ timeout, cpu_time and memory_limit as
 // Piston checks them (a falsy value is "not given"; a number above the
 // configured limit, here sandcell's ceiling, is refused; -1 memory is "no
-// limit asked": the default), in api.Limits units.
-func (h *Handler) pistonLimits(m map[string]json.RawMessage) (run, compile api.Limits, err error) {
+// limit asked": the default), in api.Limits units; then each phase's
+// against the language's own (PhaseLimits: within [minimum, ceiling]).
+func (h *Handler) pistonLimits(m map[string]json.RawMessage, lang Language) (run, compile api.Limits, err error) {
 	ceil := map[string]float64{
 		"timeout":      float64(h.opts.Ceilings.Timeout.Milliseconds()),
 		"cpu_time":     float64(h.opts.Ceilings.CPUTime.Milliseconds()),
@@ -332,6 +359,14 @@ func (h *Handler) pistonLimits(m map[string]json.RawMessage) (run, compile api.L
 			case "memory_limit":
 				l.MemoryMB = int64(math.Ceil(v / (1 << 20)))
 			}
+		}
+	}
+	if _, _, err := h.opts.Executor.PhaseLimits(lang.Limits, run); err != nil {
+		return run, compile, badf("run limits: %v", err)
+	}
+	if lang.Compiled() {
+		if _, _, err := h.opts.Executor.PhaseLimits(lang.CompileLimits, compile); err != nil {
+			return run, compile, badf("compile limits: %v", err)
 		}
 	}
 	return run, compile, nil

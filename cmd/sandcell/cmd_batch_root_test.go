@@ -13,6 +13,7 @@ import (
 	"github.com/sandcell/sandcell/batch"
 	"github.com/sandcell/sandcell/internal/humaneval"
 	"github.com/sandcell/sandcell/internal/testutil"
+	"github.com/sandcell/sandcell/internal/verdict"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -86,7 +87,7 @@ func TestBatchHumanEvalCanonical(t *testing.T) {
 				if msg := knownFailures[id](o); msg != "" {
 					failed = append(failed, id+": "+msg)
 				}
-			case o.Verdict != batch.VerdictAccepted:
+			case o.Verdict != verdict.Accepted:
 				detail := o.Error
 				if o.Result != nil {
 					detail = fmt.Sprintf("status %s exit %d %s; stdout %q; stderr %q", o.Status, o.ExitCode, o.Message, clip(o.Stdout), clip(o.Stderr))
@@ -115,7 +116,7 @@ var knownFailures = map[string]func(batch.Output) string{
 	// case" only when "p" comes first or second, so about one run in
 	// three fails (under go test as well).
 	"Go/95": func(o batch.Output) string {
-		if o.Verdict == batch.VerdictAccepted || (o.Verdict == batch.VerdictWrongAnswer && o.Result != nil && strings.Contains(o.Stdout, "--- FAIL: TestCheckDictCase")) {
+		if o.Verdict == verdict.Accepted || (o.Verdict == verdict.WrongAnswer && o.Result != nil && strings.Contains(o.Stdout, "--- FAIL: TestCheckDictCase")) {
 			return ""
 		}
 		return fmt.Sprintf("verdict %s, stdout %q: want accepted, or wrong_answer from TestCheckDictCase", o.Verdict, clip(stdoutOf(o)))
@@ -123,7 +124,7 @@ var knownFailures = map[string]func(batch.Output) string{
 	// The solution requires the npm module js-md5, which Debian does not
 	// ship: it passes once the javascript layer has it.
 	"JavaScript/162": func(o batch.Output) string {
-		if o.Verdict == batch.VerdictAccepted || (o.Verdict == batch.VerdictWrongAnswer && strings.Contains(stderrOf(o), "Cannot find module 'js-md5'")) {
+		if o.Verdict == verdict.Accepted || (o.Verdict == verdict.WrongAnswer && strings.Contains(stderrOf(o), "Cannot find module 'js-md5'")) {
 			return ""
 		}
 		return fmt.Sprintf("verdict %s, stderr %q: want accepted, or wrong_answer for the missing module js-md5", o.Verdict, clip(stderrOf(o)))
@@ -133,7 +134,7 @@ var knownFailures = map[string]func(batch.Output) string{
 // failsAssertion checks a known-wrong javascript solution: the harness's
 // rule must fail it for its failed console.assert.
 func failsAssertion(o batch.Output) string {
-	if o.Verdict == batch.VerdictWrongAnswer && strings.Contains(stderrOf(o), "Assertion failed") {
+	if o.Verdict == verdict.WrongAnswer && strings.Contains(stderrOf(o), "Assertion failed") {
 		return ""
 	}
 	return fmt.Sprintf("a known-wrong solution: verdict %s, stderr %q; want wrong_answer for \"Assertion failed\"", o.Verdict, clip(stderrOf(o)))
@@ -174,10 +175,10 @@ func TestBatchHumanEvalWrongSolution(t *testing.T) {
 	}
 	got := batchResults(t, filepath.Join(dir, "results.jsonl"), "--humaneval", humanevalDir, "--samples", sf, "--concurrency", "2")
 	for _, task := range tasks {
-		if o := got[task+"#0"]; o.Verdict != batch.VerdictWrongAnswer {
+		if o := got[task+"#0"]; o.Verdict != verdict.WrongAnswer {
 			t.Errorf("%s, wrong solution: verdict %q (status %s, stderr %q, error %q), want wrong_answer", task, o.Verdict, statusOf(o), clip(stderrOf(o)), o.Error)
 		}
-		if o := got[task+"#1"]; o.Verdict != batch.VerdictAccepted {
+		if o := got[task+"#1"]; o.Verdict != verdict.Accepted {
 			t.Errorf("%s, canonical solution: verdict %q (status %s, stderr %q, error %q), want accepted", task, o.Verdict, statusOf(o), clip(stderrOf(o)), o.Error)
 		}
 	}
@@ -226,8 +227,8 @@ func TestBatchJudgeAndResume(t *testing.T) {
 	}
 	out := filepath.Join(dir, "out.jsonl")
 	got := batchResults(t, out, "--in", in, "--concurrency", "2")
-	for id, want := range map[string]string{"sum": batch.VerdictAccepted, "wrong": batch.VerdictWrongAnswer, "crash": batch.VerdictRuntimeError,
-		"slow": batch.VerdictTimeLimit, "nocompile": batch.VerdictCompileError, "plain": ""} {
+	for id, want := range map[string]string{"sum": verdict.Accepted, "wrong": verdict.WrongAnswer, "crash": verdict.RuntimeError,
+		"slow": verdict.TimeLimit, "nocompile": verdict.CompileError, "plain": ""} {
 		if o := got[id]; o.Verdict != want || o.Result == nil {
 			t.Errorf("%s: verdict %q, want %q (%+v)", id, o.Verdict, want, o)
 		}
@@ -260,14 +261,14 @@ func TestKnownFailures(t *testing.T) {
 		o  batch.Output
 		ok bool
 	}{
-		{"Go/95", out(batch.VerdictWrongAnswer, "--- FAIL: TestCheckDictCase (0.00s)\nFAIL\n", ""), true},
-		{"Go/95", out(batch.VerdictAccepted, "PASS\n", ""), true},
-		{"Go/95", out(batch.VerdictCompileError, "", "main.go:3: syntax error"), false},
-		{"JavaScript/112", out(batch.VerdictWrongAnswer, "", "Assertion failed\n"), true},
-		{"JavaScript/112", out(batch.VerdictAccepted, "", ""), false},
-		{"JavaScript/155", out(batch.VerdictTimeLimit, "", ""), false},
-		{"JavaScript/162", out(batch.VerdictWrongAnswer, "", "Error: Cannot find module 'js-md5'"), true},
-		{"JavaScript/162", out(batch.VerdictWrongAnswer, "", "Assertion failed"), false},
+		{"Go/95", out(verdict.WrongAnswer, "--- FAIL: TestCheckDictCase (0.00s)\nFAIL\n", ""), true},
+		{"Go/95", out(verdict.Accepted, "PASS\n", ""), true},
+		{"Go/95", out(verdict.CompileError, "", "main.go:3: syntax error"), false},
+		{"JavaScript/112", out(verdict.WrongAnswer, "", "Assertion failed\n"), true},
+		{"JavaScript/112", out(verdict.Accepted, "", ""), false},
+		{"JavaScript/155", out(verdict.TimeLimit, "", ""), false},
+		{"JavaScript/162", out(verdict.WrongAnswer, "", "Error: Cannot find module 'js-md5'"), true},
+		{"JavaScript/162", out(verdict.WrongAnswer, "", "Assertion failed"), false},
 		{"JavaScript/162", batch.Output{Error: "layer javascript not built"}, false},
 	} {
 		if msg := knownFailures[tc.id](tc.o); (msg == "") != tc.ok {
@@ -325,7 +326,7 @@ func TestBatchHumanEvalWasm(t *testing.T) {
 				if msg := wasmUnsupported[id](o); msg != "" {
 					failed = append(failed, id+": "+msg)
 				}
-			case o.Verdict != batch.VerdictAccepted:
+			case o.Verdict != verdict.Accepted:
 				failed = append(failed, fmt.Sprintf("%s: %s: status %s exit %d %s; stdout %q; stderr %q", id, o.Verdict, statusOf(o), exitOf(o), messageOf(o), clip(stdoutOf(o)), clip(stderrOf(o))))
 			}
 		}
@@ -351,7 +352,7 @@ var wasmUnsupported = map[string]func(batch.Output) string{
 	// which the solution's Newton iteration never converges (glibc's
 	// sequence does not): the run ends at the wall clock.
 	"CPP/32": func(o batch.Output) string {
-		if o.Verdict == batch.VerdictTimeLimit {
+		if o.Verdict == verdict.TimeLimit {
 			return ""
 		}
 		return fmt.Sprintf("verdict %s, want time_limit_exceeded (rand's sequence)", o.Verdict)
@@ -362,7 +363,7 @@ var wasmUnsupported = map[string]func(batch.Output) string{
 // compile error naming what is missing.
 func failsToLink(missing string) func(batch.Output) string {
 	return func(o batch.Output) string {
-		if o.Verdict == batch.VerdictCompileError && strings.Contains(stderrOf(o), missing) {
+		if o.Verdict == verdict.CompileError && strings.Contains(stderrOf(o), missing) {
 			return ""
 		}
 		return fmt.Sprintf("verdict %s, stderr %q: want compile_error naming %s", o.Verdict, clip(stderrOf(o)), missing)

@@ -18,6 +18,7 @@ import (
 	"github.com/sandcell/sandcell/batch"
 	"github.com/sandcell/sandcell/cmd/internal/doctor"
 	"github.com/sandcell/sandcell/internal/testutil"
+	"github.com/sandcell/sandcell/internal/verdict"
 )
 
 // slurmShards is the size of the test's job array: four tasks, two at a
@@ -86,7 +87,7 @@ func TestSlurmArray(t *testing.T) {
 	if data, err := os.ReadFile(summary); err != nil || json.Unmarshal(data, &sum) != nil {
 		t.Fatalf("summary: %v %s", err, data)
 	}
-	if sum.Lines != 164 || sum.Verdicts[batch.VerdictAccepted] != 164 || sum.PassAtK["pass@1"] != 1 || len(sum.Shards) != slurmShards {
+	if sum.Lines != 164 || sum.Verdicts[verdict.Accepted] != 164 || sum.PassAtK["pass@1"] != 1 || len(sum.Shards) != slurmShards {
 		t.Errorf("summary: %+v; want 164 lines, all accepted, pass@1 1, %d shards", sum, slurmShards)
 	}
 

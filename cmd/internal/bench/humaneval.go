@@ -10,6 +10,7 @@ import (
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/batch"
 	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/verdict"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -106,7 +107,7 @@ func passed(ctx context.Context, n, conc int, f func(ctx context.Context, slot, 
 // accepted; a job that was not is logged, side saying which side ran it.
 func (l *lab) judge(ctx context.Context, side string, j batch.Job, execute func(context.Context, api.Request) (api.Result, error)) bool {
 	o := (&batch.Runner{Exec: execute}).One(ctx, j)
-	if o.Verdict == batch.VerdictAccepted {
+	if o.Verdict == verdict.Accepted {
 		return true
 	}
 	var res api.Result
