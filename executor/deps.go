@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/internal/egress"
+	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
 )
@@ -247,58 +248,81 @@ func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst in
 	if err != nil {
 		return "", err
 	}
-	proxy, err := egress.New(egress.Config{Allow: inst.allow, Hosts: e.opts.Deps.Hosts, Logger: e.log, Refused: e.opts.Deps.EgressRefused,
-		Labels: []any{"language", lang.Name, "installer", inst.Name}})
+	lim, err := e.installLimits(maxBytes)
 	if err != nil {
 		return "", err
 	}
-	defer proxy.Close()
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	sockDir := filepath.Join(e.opts.StateDir, "egress-"+hex.EncodeToString(rnd[:]))
-	if err := os.Mkdir(sockDir, 0o700); err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(sockDir)
-	socket := filepath.Join(sockDir, "proxy.sock")
-	if _, err := proxy.ListenUnix(socket); err != nil {
-		return "", err
-	}
-	// The install's own limits: time for a slow index, memory for pip or
-	// npm resolving a tree, room to write the layer; clamped to the
-	// ceilings like any run's.
-	timeout := positiveOr(e.opts.Deps.Timeout, defaultDepsTimeout)
-	lim, _, err := e.PhaseLimits(api.Limits{TimeoutMS: timeout.Milliseconds(), CPUTimeMS: timeout.Milliseconds(),
-		MemoryMB: (maxBytes >> 20) + 768, Pids: 256, TmpfsMB: 256, FileBytes: maxBytes, OpenFiles: 1024}, api.Limits{})
-	if err != nil {
-		return "", err
-	}
-	env := append(slices.Clone(lang.Env), inst.Env...)
-	start := time.Now()
 	rt, err := e.rts.Runtime("runc", true, false) // egress: libcontainer's own
 	if err != nil {
 		return "", err
 	}
-	res, err := oci.Run(ctx, rt, &oci.Request{Root: root, Args: argv, Env: env, Limits: lim, Egress: socket,
+	proxy, socket, stop, err := e.egressProxy(lang, inst)
+	if err != nil {
+		return "", err
+	}
+	defer stop()
+	start := time.Now()
+	res, err := oci.Run(ctx, rt, &oci.Request{Root: root, Args: argv, Env: mergeEnv(lang.Env, inst.Env), Limits: lim, Egress: socket,
 		Mounts: []oci.Mount{{Source: dir, Destination: rootfs.DepsDir, Writable: true}}})
 	out := strings.TrimSpace(res.Stdout + "\n" + res.Stderr)
 	e.log.InfoContext(ctx, "install ran", "language", lang.Name, "requirements", reqs, "status", res.Status, "exit_code", res.ExitCode, "ms", time.Since(start).Milliseconds())
+	if err == nil && res.Status != api.StatusOK {
+		err = installFailure(inst, reqs, res, out, proxy.Refusals())
+	}
+	return out, err
+}
+
+// installLimits are an install's own limits: time for a slow index,
+// memory for pip or npm resolving a tree, room to write the layer;
+// clamped to the ceilings like any run's.
+func (e *Executor) installLimits(maxBytes int64) (limits.Set, error) {
+	timeout := positiveOr(e.opts.Deps.Timeout, defaultDepsTimeout)
+	lim, _, err := e.PhaseLimits(api.Limits{TimeoutMS: timeout.Milliseconds(), CPUTimeMS: timeout.Milliseconds(),
+		MemoryMB: (maxBytes >> 20) + 768, Pids: 256, TmpfsMB: 256, FileBytes: maxBytes, OpenFiles: 1024}, api.Limits{})
+	return lim, err
+}
+
+// egressProxy serves an install's allowlisting proxy on a unix socket in
+// a directory of its own under StateDir (mode 0700: only this process
+// and the sandbox it is mounted into reach it); stop closes both.
+func (e *Executor) egressProxy(lang rootfs.Language, inst installer) (*egress.Proxy, string, func(), error) {
+	proxy, err := egress.New(egress.Config{Allow: inst.allow, Hosts: e.opts.Deps.Hosts, Logger: e.log, Refused: e.opts.Deps.EgressRefused,
+		Labels: []any{"language", lang.Name, "installer", inst.Name}})
 	if err != nil {
-		return out, err
+		return nil, "", nil, err
 	}
-	if res.Status != api.StatusOK {
-		msg := res.Message
-		if msg == "" {
-			msg = fmt.Sprintf("exit code %d", res.ExitCode)
-		}
-		// pip and npm show only their side of a refusal ("Tunnel
-		// connection failed: 403"): say what the proxy refused and why.
-		if r := proxy.Refusals(); len(r) > 0 {
-			msg += "; the egress proxy refused: " + strings.Join(r, "; ") + " (allowlisted: " + strings.Join(inst.allow, ", ") + ")"
-		}
-		return out, fmt.Errorf("%s install of %s failed (%s: %s); its output (untrusted):\n%s", inst.Name, strings.Join(reqs, " "), res.Status, msg, Tail(out, 4000))
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	sockDir := filepath.Join(e.opts.StateDir, "egress-"+hex.EncodeToString(rnd[:]))
+	stop := func() {
+		proxy.Close()
+		os.RemoveAll(sockDir)
 	}
-	return out, nil
+	if err := os.Mkdir(sockDir, 0o700); err != nil {
+		proxy.Close()
+		return nil, "", nil, err
+	}
+	socket := filepath.Join(sockDir, "proxy.sock")
+	if _, err := proxy.ListenUnix(socket); err != nil {
+		stop()
+		return nil, "", nil, err
+	}
+	return proxy, socket, stop, nil
+}
+
+// installFailure says why an install failed: its verdict, what the
+// egress proxy refused, and the end of the package manager's output.
+func installFailure(inst installer, reqs []string, res api.Phase, out string, refusals []string) error {
+	msg := res.Message
+	if msg == "" {
+		msg = fmt.Sprintf("exit code %d", res.ExitCode)
+	}
+	// pip and npm show only their side of a refusal ("Tunnel
+	// connection failed: 403"): say what the proxy refused and why.
+	if len(refusals) > 0 {
+		msg += "; the egress proxy refused: " + strings.Join(refusals, "; ") + " (allowlisted: " + strings.Join(inst.allow, ", ") + ")"
+	}
+	return fmt.Errorf("%s install of %s failed (%s: %s); its output (untrusted):\n%s", inst.Name, strings.Join(reqs, " "), res.Status, msg, Tail(out, 4000))
 }
 
 // Tail is the end of s, at most n bytes (a package manager's output in a

@@ -179,13 +179,7 @@ func (e *Executor) runtime(iso string, fresh, direct bool) (oci.Runtime, error) 
 // working directory and the compile phase's limits.
 func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) error {
 	if sh == shapeKernel {
-		argv := slices.Clone(p.Language.Kernel.Argv)
-		for i, a := range argv {
-			if a == rootfs.DriverPlaceholder {
-				argv[i] = oci.KernelDir + "/" + p.Language.Kernel.Driver[0]
-			}
-		}
-		p.Run.Args = img.resolve(argv) // the image's python3, wherever its PATH has it
+		p.Run.Args = img.resolve(kernelArgv(p.Language)) // the image's python3, wherever its PATH has it
 		return nil
 	}
 	lang := p.Language
@@ -213,17 +207,35 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 	if len(compileArgs) == 0 {
 		return nil
 	}
+	return e.planCompile(p, req, img.resolve(compileArgs))
+}
+
+// planCompile adds the compile phase: its argv, and its limits (the
+// language's compile adjustments, the request's CompileLimits or else
+// its Limits).
+func (e *Executor) planCompile(p *Plan, req Request, argv []string) error {
 	asked := req.Limits
 	if req.CompileLimits != nil {
 		asked = *req.CompileLimits
 	}
-	lim, more, err := e.PhaseLimits(lang.CompileLimits, asked)
+	lim, more, err := e.PhaseLimits(p.Language.CompileLimits, asked)
 	if err != nil {
 		return err
 	}
 	p.Notes = append(p.Notes, more...)
-	p.Compile = &Sandbox{Runtime: p.Run.Runtime, Args: img.resolve(compileArgs), Limits: lim}
+	p.Compile = &Sandbox{Runtime: p.Run.Runtime, Args: argv, Limits: lim}
 	return nil
+}
+
+// kernelArgv is the argv of a language's kernel, its driver in place.
+func kernelArgv(lang rootfs.Language) []string {
+	argv := slices.Clone(lang.Kernel.Argv)
+	for i, a := range argv {
+		if a == rootfs.DriverPlaceholder {
+			argv[i] = oci.KernelDir + "/" + lang.Kernel.Driver[0]
+		}
+	}
+	return argv
 }
 
 // planRoots finds each phase's root: under wasm the variant's (wasm.go),

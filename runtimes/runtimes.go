@@ -128,13 +128,7 @@ func Open(cfg Config) (*Set, error) {
 			return nil, err
 		}
 	}
-	// Per run, sysmon's 20 µs polling costs a VM host more than any other
-	// part of the server (internal/sysmon); the programs keep their slack.
-	if tid, err := sysmon.Slow(); err != nil {
-		log.Debug("sysmon keeps its timer slack", "err", err)
-	} else {
-		log.Debug("sysmon's timer slack set", "tid", tid, "orig_ns", sysmon.Orig())
-	}
+	slowSysmon(log)
 	var err error
 	if s.filter, err = seccomp.Profile(); err != nil {
 		return nil, err
@@ -159,6 +153,17 @@ func Open(cfg Config) (*Set, error) {
 	}
 	s.openPool()
 	return s, nil
+}
+
+// slowSysmon widens the Go runtime's sysmon thread's timer slack: per run,
+// its 20 µs polling costs a VM host more than any other part of the
+// server (internal/sysmon); the programs keep their slack.
+func slowSysmon(log *slog.Logger) {
+	if tid, err := sysmon.Slow(); err != nil {
+		log.Debug("sysmon keeps its timer slack", "err", err)
+	} else {
+		log.Debug("sysmon's timer slack set", "tid", tid, "orig_ns", sysmon.Orig())
+	}
 }
 
 // openParent opens the cgroup parent of the sandboxes: the configured one
