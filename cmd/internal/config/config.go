@@ -315,8 +315,10 @@ func (c *Config) OpenExecutor(log *slog.Logger, poolBusy func() bool, edit ...fu
 		return nil, err
 	}
 	store := c.Store(log)
-	if err := store.Clean(); err != nil && log != nil {
-		log.Warn("layer store cleanup", "err", err)
+	if c.NoKernelSandbox == "" { // a wasm-only process mounts no roots, and may unmount none
+		if err := store.Clean(); err != nil && log != nil {
+			log.Warn("layer store cleanup", "err", err)
+		}
 	}
 	opts := c.Executor(log, rts, store)
 	for _, f := range edit {
