@@ -52,11 +52,11 @@ type Request struct {
 	Admit func(ctx context.Context) (release func(), err error)
 }
 
-// Execute runs req: for a compiled language two phases, each in its own
-// fresh sandbox with its own limits, the compile phase (lang.Compile,
-// lang.CompileLimits) and, if it succeeded, the run phase (lang.Run,
-// lang.Limits) on the compile phase's /work (handed over by Collect, or by
-// the session's workspace). A failed compile phase is the result, with
+// Execute plans req (plan.go) and runs the plan: for a compiled language
+// two phases, each in its own fresh sandbox with its own limits, the
+// compile phase (lang.Compile, lang.CompileLimits) and, if it succeeded,
+// the run phase (lang.Run, lang.Limits) on the compile phase's /work
+// (handed over by Collect, or by the session's workspace). A failed compile phase is the result, with
 // CompileFailed set.
 //
 // An error means the request was refused (see the package doc) and
