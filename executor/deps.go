@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/internal/egress"
+	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
 )
@@ -79,45 +80,65 @@ func (e *Executor) Install(ctx context.Context, req InstallRequest) (*Deps, erro
 	if err != nil {
 		return nil, err
 	}
-	inst, _, _, err := e.installer(lang)
+	inst, err := e.installer(lang)
 	if err != nil {
 		return nil, err
 	}
-	add, err := inst.NormaliseRequirements(req.Packages)
+	all, err := inst.set(lang, req.Installed[lang.Name], req.Packages, "")
 	if err != nil {
 		return nil, err
 	}
-	all := merge(inst, req.Installed[lang.Name], add)
-	if len(all) > MaxRequirements {
-		return nil, fmt.Errorf("%w: %d requirements for %s, at most %d in one set", ErrTooLarge, len(all), lang.Name, MaxRequirements)
+	if _, err := e.root(ctx, lang, nil); err != nil {
+		return nil, err
 	}
-	adm := &admission{admit: req.Admit}
+	adm := &admission{admit: req.Admit, now: e.now}
 	defer adm.release()
-	return e.dependencies(ctx, lang, all, adm)
+	return e.dependencies(ctx, lang, inst, all, adm)
 }
 
-// runDeps is the dependency layer a run needs: the session's set for its
-// language and the request's own dependencies (nil: none).
-func (e *Executor) runDeps(ctx context.Context, lang rootfs.Language, req Request, adm *admission) (*Deps, error) {
+// planDeps is the dependency layer a plan mounts: the session's set for
+// its language and the request's own dependencies (nil: none). The
+// language's root is built (plan found it).
+func (e *Executor) planDeps(ctx context.Context, lang rootfs.Language, req Request, adm *admission) (*Deps, error) {
 	have := req.Installed[lang.Name]
 	if len(have) == 0 && len(req.Dependencies) == 0 {
 		return nil, nil
 	}
-	reqs := have
-	if len(req.Dependencies) > 0 {
-		inst, _, _, err := e.installer(lang)
-		if err != nil {
-			return nil, err
-		}
-		add, err := inst.NormaliseRequirements(req.Dependencies)
-		if err != nil {
-			return nil, fmt.Errorf("dependencies: %w", err)
-		}
-		if reqs = merge(inst, have, add); len(reqs) > MaxRequirements {
-			return nil, fmt.Errorf("%w: %d dependencies for %s, at most %d", ErrTooLarge, len(reqs), lang.Name, MaxRequirements)
-		}
+	inst, err := e.installer(lang)
+	if err != nil {
+		return nil, err
 	}
-	return e.dependencies(ctx, lang, reqs, adm)
+	all, err := inst.set(lang, have, req.Dependencies, "dependencies: ")
+	if err != nil {
+		return nil, err
+	}
+	return e.dependencies(ctx, lang, inst, all, adm)
+}
+
+// installer is a language's installer with its index and allowlist as
+// the operator set them: resolved once per request.
+type installer struct {
+	rootfs.Installer
+	index string
+	allow []string
+}
+
+// set is the normalised requirement set of a session's have with add
+// added (a package named again takes its new constraint), at most
+// MaxRequirements; what is wrong with add is said after prefix.
+func (inst installer) set(lang rootfs.Language, have, add []string, prefix string) ([]string, error) {
+	all := have
+	if len(add) > 0 {
+		norm, err := inst.NormaliseRequirements(add)
+		if err != nil {
+			return nil, fmt.Errorf("%s%w", prefix, err)
+		}
+		all = merge(inst.Installer, have, norm)
+	}
+	if len(all) > MaxRequirements {
+		return nil, fmt.Errorf("%w: %d requirements for %s, at most %d in one set", ErrTooLarge, len(all), lang.Name, MaxRequirements)
+	}
+	return inst.NormaliseRequirements(all)
 }
 
 // merge is a session's set with add added; a package named again takes
@@ -132,18 +153,17 @@ func merge(inst rootfs.Installer, have, add []string) []string {
 	return out
 }
 
-// installer is the language's installer with its index and allowlist as
-// the operator set them.
-func (e *Executor) installer(lang rootfs.Language) (rootfs.Installer, string, []string, error) {
+// installer resolves the language's installer.
+func (e *Executor) installer(lang rootfs.Language) (installer, error) {
 	if e.opts.Deps.Off {
-		return rootfs.Installer{}, "", nil, fmt.Errorf("%w on this server", ErrInstallsOff)
+		return installer{}, fmt.Errorf("%w on this server", ErrInstallsOff)
 	}
 	if e.opts.NoKernelSandbox != "" {
-		return rootfs.Installer{}, "", nil, fmt.Errorf("%w: packages are installed in a runc sandbox, and this host cannot start one (%s)", ErrInstallsOff, e.opts.NoKernelSandbox)
+		return installer{}, fmt.Errorf("%w: packages are installed in a runc sandbox, and this host cannot start one (%s)", ErrInstallsOff, e.opts.NoKernelSandbox)
 	}
 	inst, err := rootfs.InstallerFor(lang.Name)
 	if err != nil {
-		return rootfs.Installer{}, "", nil, err
+		return installer{}, err
 	}
 	index := inst.Index
 	if v, ok := operatorSetting(e.opts.Deps.Index, lang, inst); ok {
@@ -155,7 +175,7 @@ func (e *Executor) installer(lang rootfs.Language) (rootfs.Installer, string, []
 	}
 	u, err := rootfs.ParseIndex(index)
 	if err != nil {
-		return rootfs.Installer{}, "", nil, err
+		return installer{}, err
 	}
 	port := u.Port()
 	if port == "" {
@@ -164,7 +184,7 @@ func (e *Executor) installer(lang rootfs.Language) (rootfs.Installer, string, []
 	if hp := net.JoinHostPort(strings.ToLower(u.Hostname()), port); !slices.Contains(allow, hp) {
 		allow = append(slices.Clone(allow), hp)
 	}
-	return inst, index, allow, nil
+	return installer{Installer: inst, index: index, allow: allow}, nil
 }
 
 // operatorSetting finds a per-language setting given by the language's
@@ -179,36 +199,26 @@ func operatorSetting[V any](m map[string]V, lang rootfs.Language, inst rootfs.In
 	return zero, false
 }
 
-// dependencies returns the dependency layer of reqs for lang, installing
-// it first (admitted by adm) unless the same set was installed before.
-func (e *Executor) dependencies(ctx context.Context, lang rootfs.Language, reqs []string, adm *admission) (*Deps, error) {
-	inst, index, allow, err := e.installer(lang)
-	if err != nil {
-		return nil, err
-	}
-	norm, err := inst.NormaliseRequirements(reqs)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := e.root(ctx, lang, nil); err != nil {
-		return nil, err
-	}
+// dependencies returns the dependency layer of norm (a normalised set)
+// for lang, whose layers are built, installing it first (admitted by
+// adm) unless the same set was installed before.
+func (e *Executor) dependencies(ctx context.Context, lang rootfs.Language, inst installer, norm []string, adm *admission) (*Deps, error) {
 	stackID, err := e.store.StackID(lang)
 	if err != nil {
 		return nil, err
 	}
-	key := rootfs.DepKey(stackID, inst, index, norm)
+	key := rootfs.DepKey(stackID, inst.Installer, inst.index, norm)
 	d := &Deps{Language: lang.Name, Env: slices.Clone(inst.RunEnv)}
 	maxBytes := positiveOr(e.opts.Deps.MaxBytes, defaultDepsMaxBytes)
-	uid, gid := e.rt.SandboxIDs()
+	uid, gid := e.rts.SandboxIDs()
 	d.Root, d.Manifest, d.Cached, err = e.store.InstallDependency(ctx, rootfs.DepInstall{
-		Manifest: rootfs.DepManifest{Key: key, Installer: inst.Name, Language: lang.Name, LayerID: stackID, Index: index, Requirements: norm},
+		Manifest: rootfs.DepManifest{Key: key, Installer: inst.Name, Language: lang.Name, LayerID: stackID, Index: inst.index, Requirements: norm},
 		MaxBytes: maxBytes, UID: uid, GID: gid,
 		Run: func(ctx context.Context, dir string) error {
 			if err := adm.enter(ctx); err != nil {
 				return err
 			}
-			out, err := e.runInstall(ctx, lang, inst, index, allow, norm, dir, maxBytes)
+			out, err := e.runInstall(ctx, lang, inst, norm, dir, maxBytes)
 			d.Output = out
 			return err
 		},
@@ -229,63 +239,90 @@ func positiveOr[T int64 | time.Duration](v, def T) T {
 // runInstall runs the package manager in a build sandbox of the
 // installer's layer, in network mode egress, writing to dir (mounted at
 // rootfs.DepsDir). It returns the package manager's output.
-func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst rootfs.Installer, index string, allow, reqs []string, dir string, maxBytes int64) (string, error) {
+func (e *Executor) runInstall(ctx context.Context, lang rootfs.Language, inst installer, reqs []string, dir string, maxBytes int64) (string, error) {
 	root, err := e.root(ctx, inst.Layer(), nil)
 	if err != nil {
 		return "", err
 	}
-	argv, err := inst.Argv(index, reqs)
+	argv, err := inst.Argv(inst.index, reqs)
 	if err != nil {
 		return "", err
 	}
-	proxy, err := egress.New(egress.Config{Allow: allow, Hosts: e.opts.Deps.Hosts, Logger: e.log, Refused: e.opts.Deps.EgressRefused,
-		Labels: []any{"language", lang.Name, "installer", inst.Name}})
+	lim, err := e.installLimits(maxBytes)
 	if err != nil {
 		return "", err
 	}
-	defer proxy.Close()
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	sockDir := filepath.Join(e.opts.StateDir, "egress-"+hex.EncodeToString(rnd[:]))
-	if err := os.Mkdir(sockDir, 0o700); err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(sockDir)
-	socket := filepath.Join(sockDir, "proxy.sock")
-	if _, err := proxy.ListenUnix(socket); err != nil {
-		return "", err
-	}
-	// The install's own limits: time for a slow index, memory for pip or
-	// npm resolving a tree, room to write the layer; clamped to the
-	// ceilings like any run's.
-	timeout := positiveOr(e.opts.Deps.Timeout, defaultDepsTimeout)
-	lim, _, err := e.PhaseLimits(api.Limits{TimeoutMS: timeout.Milliseconds(), CPUTimeMS: timeout.Milliseconds(),
-		MemoryMB: (maxBytes >> 20) + 768, Pids: 256, TmpfsMB: 256, FileBytes: maxBytes, OpenFiles: 1024}, api.Limits{})
+	rt, err := e.rts.Runtime("runc", true, false) // egress: libcontainer's own
 	if err != nil {
 		return "", err
 	}
-	env := append(slices.Clone(lang.Env), inst.Env...)
+	proxy, socket, stop, err := e.egressProxy(lang, inst)
+	if err != nil {
+		return "", err
+	}
+	defer stop()
 	start := time.Now()
-	res, err := oci.Run(ctx, e.rt, &oci.Request{Root: root, Args: argv, Env: env, Limits: lim, Egress: socket,
+	res, err := oci.Run(ctx, rt, &oci.Request{Root: root, Args: argv, Env: mergeEnv(lang.Env, inst.Env), Limits: lim, Egress: socket,
 		Mounts: []oci.Mount{{Source: dir, Destination: rootfs.DepsDir, Writable: true}}})
 	out := strings.TrimSpace(res.Stdout + "\n" + res.Stderr)
 	e.log.InfoContext(ctx, "install ran", "language", lang.Name, "requirements", reqs, "status", res.Status, "exit_code", res.ExitCode, "ms", time.Since(start).Milliseconds())
+	if err == nil && res.Status != api.StatusOK {
+		err = installFailure(inst, reqs, res, out, proxy.Refusals())
+	}
+	return out, err
+}
+
+// installLimits are an install's own limits: time for a slow index,
+// memory for pip or npm resolving a tree, room to write the layer;
+// clamped to the ceilings like any run's.
+func (e *Executor) installLimits(maxBytes int64) (limits.Set, error) {
+	timeout := positiveOr(e.opts.Deps.Timeout, defaultDepsTimeout)
+	lim, _, err := e.PhaseLimits(api.Limits{TimeoutMS: timeout.Milliseconds(), CPUTimeMS: timeout.Milliseconds(),
+		MemoryMB: (maxBytes >> 20) + 768, Pids: 256, TmpfsMB: 256, FileBytes: maxBytes, OpenFiles: 1024}, api.Limits{})
+	return lim, err
+}
+
+// egressProxy serves an install's allowlisting proxy on a unix socket in
+// a directory of its own under StateDir (mode 0700: only this process
+// and the sandbox it is mounted into reach it); stop closes both.
+func (e *Executor) egressProxy(lang rootfs.Language, inst installer) (*egress.Proxy, string, func(), error) {
+	proxy, err := egress.New(egress.Config{Allow: inst.allow, Hosts: e.opts.Deps.Hosts, Logger: e.log, Refused: e.opts.Deps.EgressRefused,
+		Labels: []any{"language", lang.Name, "installer", inst.Name}})
 	if err != nil {
-		return out, err
+		return nil, "", nil, err
 	}
-	if res.Status != api.StatusOK {
-		msg := res.Message
-		if msg == "" {
-			msg = fmt.Sprintf("exit code %d", res.ExitCode)
-		}
-		// pip and npm show only their side of a refusal ("Tunnel
-		// connection failed: 403"): say what the proxy refused and why.
-		if r := proxy.Refusals(); len(r) > 0 {
-			msg += "; the egress proxy refused: " + strings.Join(r, "; ") + " (allowlisted: " + strings.Join(allow, ", ") + ")"
-		}
-		return out, fmt.Errorf("%s install of %s failed (%s: %s); its output (untrusted):\n%s", inst.Name, strings.Join(reqs, " "), res.Status, msg, Tail(out, 4000))
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	sockDir := filepath.Join(e.opts.StateDir, "egress-"+hex.EncodeToString(rnd[:]))
+	stop := func() {
+		proxy.Close()
+		os.RemoveAll(sockDir)
 	}
-	return out, nil
+	if err := os.Mkdir(sockDir, 0o700); err != nil {
+		proxy.Close()
+		return nil, "", nil, err
+	}
+	socket := filepath.Join(sockDir, "proxy.sock")
+	if _, err := proxy.ListenUnix(socket); err != nil {
+		stop()
+		return nil, "", nil, err
+	}
+	return proxy, socket, stop, nil
+}
+
+// installFailure says why an install failed: its verdict, what the
+// egress proxy refused, and the end of the package manager's output.
+func installFailure(inst installer, reqs []string, res api.Phase, out string, refusals []string) error {
+	msg := res.Message
+	if msg == "" {
+		msg = fmt.Sprintf("exit code %d", res.ExitCode)
+	}
+	// pip and npm show only their side of a refusal ("Tunnel
+	// connection failed: 403"): say what the proxy refused and why.
+	if len(refusals) > 0 {
+		msg += "; the egress proxy refused: " + strings.Join(refusals, "; ") + " (allowlisted: " + strings.Join(inst.allow, ", ") + ")"
+	}
+	return fmt.Errorf("%s install of %s failed (%s: %s); its output (untrusted):\n%s", inst.Name, strings.Join(reqs, " "), res.Status, msg, Tail(out, 4000))
 }
 
 // Tail is the end of s, at most n bytes (a package manager's output in a

@@ -7,16 +7,13 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandcell/sandcell/api"
-	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
-	"github.com/sandcell/sandcell/wasm"
 )
 
 // Caps on what a request may carry, so that a hostile or broken caller
@@ -55,11 +52,11 @@ type Request struct {
 	Admit func(ctx context.Context) (release func(), err error)
 }
 
-// Execute runs req: for a compiled language two phases, each in its own
-// fresh sandbox with its own limits, the compile phase (lang.Compile,
-// lang.CompileLimits) and, if it succeeded, the run phase (lang.Run,
-// lang.Limits) on the compile phase's /work (handed over by Collect, or by
-// the session's workspace). A failed compile phase is the result, with
+// Execute plans req (plan.go) and runs the plan: for a compiled language
+// two phases, each in its own fresh sandbox with its own limits, the
+// compile phase (lang.Compile, lang.CompileLimits) and, if it succeeded,
+// the run phase (lang.Run, lang.Limits) on the compile phase's /work
+// (handed over by Collect, or by the session's workspace). A failed compile phase is the result, with
 // CompileFailed set.
 //
 // An error means the request was refused (see the package doc) and
@@ -68,17 +65,25 @@ type Request struct {
 // were clamped to the server's ceilings. A result that is not ok always
 // has a message (api.Result.Explain).
 func (e *Executor) Execute(ctx context.Context, req Request) (res api.Result, err error) {
-	adm := &admission{admit: req.Admit}
+	adm := &admission{admit: req.Admit, now: e.now}
+	defer adm.release()
 	if e.opts.Observe != nil {
-		start := time.Now()
+		start := e.now()
 		ev := Event{Isolation: cmp.Or(req.Isolation, e.opts.Isolation)}
 		defer func() {
 			ev.Status, ev.Refused = res.Status, refusal(err)
-			ev.Wall, ev.Queue, ev.Language = time.Since(start), adm.waited, adm.language
+			ev.Wall, ev.Queue, ev.Language = e.now().Sub(start), adm.waited, adm.language
 			e.opts.Observe(ev)
 		}()
 	}
-	res, err = e.execute(ctx, req, adm)
+	p, err := e.plan(ctx, req, shapeRun, adm)
+	if err != nil {
+		return api.Result{}, err
+	}
+	if err := adm.enter(ctx); err != nil {
+		return api.Result{}, err
+	}
+	res, err = e.runPhases(ctx, p, req)
 	if err == nil {
 		res.Explain()
 	}
@@ -114,152 +119,75 @@ func refusal(err error) string {
 	return "failed"
 }
 
-func (e *Executor) execute(ctx context.Context, req Request, adm *admission) (api.Result, error) {
-	lang, err := e.language(req.Request)
-	if err != nil {
-		return api.Result{}, err
-	}
-	adm.language = lang.Name
-	rt, err := e.runtime(req.Isolation, req.Fresh, req.Libcontainer)
-	if err != nil {
-		return api.Result{}, err
-	}
-	var wp *wasmPlan // isolation wasm: the variant, its phases' runtimes and roots
-	if _, ok := rt.(*wasm.Runtime); ok {
-		p, err := e.planWasm(ctx, lang, req)
-		if err != nil {
-			return api.Result{}, err
-		}
-		wp, lang = &p, p.lang
-	}
-	if len(req.Source) > MaxSourceBytes {
-		return api.Result{}, fmt.Errorf("%w: source is %d bytes, at most %d", ErrTooLarge, len(req.Source), MaxSourceBytes)
-	}
-	if len(req.Stdin) > MaxStdinBytes {
-		return api.Result{}, fmt.Errorf("%w: stdin is %d bytes, at most %d", ErrTooLarge, len(req.Stdin), MaxStdinBytes)
-	}
-	runLim, notes, err := e.PhaseLimits(lang.Limits, req.Limits)
-	if err != nil {
-		return api.Result{}, err
-	}
-	img, err := e.openImage(req, lang)
-	if err != nil {
-		return api.Result{}, err
-	}
-	compileArgs, runArgs := lang.Compile, lang.Run
-	files := slices.Clone(req.Files)
-	var cwd string
-	switch {
-	case req.Command != nil:
-		compileArgs, runArgs = nil, req.Command
-	case req.Script != "":
-		compileArgs, runArgs = scriptArgs(lang, lang.Compile, req.Script), scriptArgs(lang, lang.Run, req.Script)
-	case img != nil && ownProgram(req.Request):
-		if runArgs, err = img.entrypoint(req.Args); err != nil {
-			return api.Result{}, err
-		}
-		compileArgs, cwd = nil, img.img.Config.WorkingDir
-	default:
-		files = append(files, api.File{Path: lang.Source, Data: req.Source, Mode: 0o644})
-	}
-	if img == nil || !ownProgram(req.Request) {
-		runArgs = append(slices.Clone(runArgs), req.Args...)
-	}
-	if img != nil {
-		compileArgs, runArgs = img.resolve(compileArgs), img.resolve(runArgs)
-	}
-	var compileLim = runLim
-	if len(compileArgs) > 0 {
-		var more []string
-		asked := req.Limits
-		if req.CompileLimits != nil {
-			asked = *req.CompileLimits
-		}
-		if compileLim, more, err = e.PhaseLimits(lang.CompileLimits, asked); err != nil {
-			return api.Result{}, err
-		}
-		notes = append(notes, more...)
-	}
-	compileRT, compileRoot, root := rt, "", ""
-	switch {
-	case wp != nil:
-		compileRT, compileRoot, root = wp.compileRT, wp.compileRoot, wp.runRoot
-	case img != nil:
-		compileRoot, root = img.root, img.root
-	default:
-		if root, err = e.root(ctx, lang, req.Output); err != nil {
-			return api.Result{}, err
-		}
-		compileRoot = root
-	}
-	defer adm.release()
-	var deps *Deps
-	if img == nil { // a session's dependency sets are for language layers (openImage refuses new ones)
-		if deps, err = e.runDeps(ctx, lang, req, adm); err != nil {
-			return api.Result{}, err
-		}
-	}
-	if err := adm.enter(ctx); err != nil {
-		return api.Result{}, err
-	}
-	var env []string
-	if img != nil {
-		env = img.env() // the language's and the request's come after: theirs win
-	}
-	env = append(append(env, lang.Env...), req.Env...)
-	var mounts []oci.Mount
-	if deps != nil {
-		mounts, env = deps.mounts(), append(env, deps.Env...)
-	}
-	output := func(prefix string) func(string, string) {
-		if req.Output == nil {
-			return nil
-		}
-		return func(stream, text string) { req.Output(prefix+stream, text) }
-	}
-	phase := func(rt oci.Runtime, root string, args []string, lim limits.Set, files []api.File, stdin []byte, stream io.Reader, prefix string, collect func([]api.File)) (api.Phase, error) {
-		return oci.Run(ctx, rt, &oci.Request{Root: root, Args: args, Env: env, Cwd: cwd, Stdin: stdin, StdinStream: stream, Files: files, Limits: lim,
-			Collect: collect, Workspace: req.Workspace, WorkBytes: req.WorkBytes, OnOutput: output(prefix), Mounts: mounts})
-	}
-
-	done := func(name string, p api.Phase) {
-		if req.PhaseDone != nil {
-			req.PhaseDone(name, p)
-		}
-	}
-	res := api.Result{Notes: notes}
-	if len(compileArgs) > 0 {
+// runPhases runs a plan's compile phase, if it has one, and, if that
+// succeeded, its run phase on the compile phase's /work (handed over by
+// Collect, or by the session's workspace).
+func (e *Executor) runPhases(ctx context.Context, p *Plan, req Request) (api.Result, error) {
+	res := api.Result{Notes: p.Notes}
+	files := p.Files
+	if p.Compile != nil {
 		var collect func([]api.File)
 		if req.Workspace == nil {
 			collect = func(f []api.File) { files = f }
 		}
-		c, err := phase(compileRT, compileRoot, compileArgs, compileLim, files, nil, nil, "compile ", collect)
+		c, err := e.phase(ctx, p, req, *p.Compile, phaseIO{files: files, prefix: "compile ", collect: collect})
 		if refused(err) {
 			return api.Result{}, err
 		}
-		done("compile", c)
+		if req.PhaseDone != nil {
+			req.PhaseDone("compile", c)
+		}
 		if err != nil { // sandcell failed: the internal_error is the result
 			res.Phase = c
 			return res, nil
 		}
 		res.Compile = &c
 		if c.Status != api.StatusOK {
-			res.Phase, res.CompileFailed = c, true
-			if c.Status == api.StatusError && c.Message == "the program "+api.ExitMessage(c.ExitCode, c.Signal) {
-				res.Message = "compile error: the program did not run (the compiler " + api.ExitMessage(c.ExitCode, c.Signal) + ")"
-			}
+			compileFailed(&res, c)
 			return res, nil
 		}
 		if req.Workspace != nil {
 			files = nil // the session's /work holds the compile phase's outputs
 		}
 	}
-	res.Phase, err = phase(rt, root, runArgs, runLim, files, req.Stdin, req.StdinStream, "", nil)
+	run, err := e.phase(ctx, p, req, p.Run, phaseIO{files: files, stdin: req.Stdin, stream: req.StdinStream})
 	if refused(err) {
 		return api.Result{}, err
 	}
-	done("run", res.Phase)
+	res.Phase = run
+	if req.PhaseDone != nil {
+		req.PhaseDone("run", run)
+	}
 	return res, nil
+}
+
+// compileFailed makes a failed compile phase the result. A compiler that
+// exited non-zero is a compile error, said so: the program did not run.
+func compileFailed(res *api.Result, c api.Phase) {
+	res.Phase, res.CompileFailed = c, true
+	if c.Status == api.StatusError && c.Message == "the program "+api.ExitMessage(c.ExitCode, c.Signal) {
+		res.Message = "compile error: the program did not run (the compiler " + api.ExitMessage(c.ExitCode, c.Signal) + ")"
+	}
+}
+
+// phaseIO is what one phase reads and hands on.
+type phaseIO struct {
+	files   []api.File
+	stdin   []byte
+	stream  io.Reader
+	prefix  string // of its Output streams ("compile ")
+	collect func([]api.File)
+}
+
+// phase runs one sandbox of a plan.
+func (e *Executor) phase(ctx context.Context, p *Plan, req Request, sb Sandbox, pio phaseIO) (api.Phase, error) {
+	var onOutput func(stream, text string)
+	if req.Output != nil {
+		onOutput = func(stream, text string) { req.Output(pio.prefix+stream, text) }
+	}
+	return oci.Run(ctx, sb.Runtime, &oci.Request{Root: sb.Root, Args: sb.Args, Env: p.Env, Cwd: p.Cwd, Mounts: p.Mounts, Limits: sb.Limits,
+		Files: pio.files, Stdin: pio.stdin, StdinStream: pio.stream, Collect: pio.collect, OnOutput: onOutput,
+		Workspace: req.Workspace, WorkBytes: req.WorkBytes})
 }
 
 // refused reports whether err from oci.Run refuses the request (an
@@ -270,6 +198,7 @@ func refused(err error) bool { return errors.Is(err, api.ErrInvalid) }
 // admission is a request's one entry through Request.Admit.
 type admission struct {
 	admit  func(context.Context) (func(), error)
+	now    func() time.Time
 	once   sync.Once
 	err    error
 	leave  func()
@@ -282,9 +211,13 @@ type admission struct {
 func (a *admission) enter(ctx context.Context) error {
 	a.once.Do(func() {
 		if a.admit != nil {
-			start := time.Now()
+			now := a.now
+			if now == nil {
+				now = time.Now
+			}
+			start := now()
 			a.leave, a.err = a.admit(ctx)
-			a.waited = time.Since(start)
+			a.waited = now().Sub(start)
 		}
 	})
 	return a.err

@@ -14,7 +14,7 @@ import (
 )
 
 func testExecutor() *Executor {
-	return &Executor{opts: Options{Defaults: limits.Defaults(), Ceilings: limits.Ceilings(), Isolation: "runc"}}
+	return &Executor{opts: Options{Settings: Settings{Defaults: limits.Defaults(), Ceilings: limits.Ceilings(), Isolation: "runc"}}, now: time.Now}
 }
 
 // TestPhaseLimits: the one place where a run's limits are decided.

@@ -79,7 +79,7 @@ func (r *imageRun) path() string {
 	return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 }
 
-// resolve finds argv's program in the image: an absolute program the image
+// resolve finds argv's program in the image (nil: no image, argv as it is): an absolute program the image
 // has is kept, one it lacks is looked up by its base name on the image's
 // PATH (a catalogue language runs /usr/bin/python3; the python images
 // have /usr/local/bin/python3). A name that is nowhere is kept as it is:
@@ -88,7 +88,7 @@ func (r *imageRun) path() string {
 // the image is read-only, and runc resolves the program again inside the
 // sandbox.
 func (r *imageRun) resolve(argv []string) []string {
-	if len(argv) == 0 || !path.IsAbs(argv[0]) || r.executable(argv[0]) {
+	if r == nil || len(argv) == 0 || !path.IsAbs(argv[0]) || r.executable(argv[0]) {
 		return argv
 	}
 	base := path.Base(argv[0])

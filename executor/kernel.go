@@ -3,7 +3,6 @@ package executor
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -14,10 +13,10 @@ import (
 )
 
 // Kernels: a session's live interpreter (oci.Kernel), started from the
-// language's catalogue entry (rootfs.Kernel). This file decides a
-// kernel's sandbox the way Execute decides a run's: the language once,
-// the limits here, the root and the session's dependency layer as for a
-// run; package service keeps the kernels of sessions.
+// language's catalogue entry (rootfs.Kernel). A kernel's sandbox is
+// planned as a run's (plan.go, shapeKernel): its limits are decided here,
+// its root, dependency layer and environment as for a run; package
+// service keeps the kernels of sessions.
 
 // KernelCPULifetime is a kernel's RLIMIT_CPU, a backstop for its whole
 // life (each cell has its own CPU-time budget, watched on the kernel's
@@ -74,74 +73,26 @@ func KernelLanguage(name string) (rootfs.Language, error) {
 	return lang, nil
 }
 
-// StartKernel starts a kernel (see oci.Libcontainer.StartKernel). An error
-// is a refusal (api.ErrInvalid, api.ErrBusy) or sandcell's failure to
-// start it.
+// StartKernel starts a kernel (see oci.Libcontainer.StartKernel) from
+// its plan. An error is a refusal (api.ErrInvalid, api.ErrBusy) or
+// sandcell's failure to start it.
 func (e *Executor) StartKernel(ctx context.Context, req KernelRequest) (*StartedKernel, error) {
-	lang, err := KernelLanguage(req.Language)
-	if err != nil {
-		return nil, err
-	}
-	iso := req.Isolation
-	if iso == "" {
-		iso = e.opts.Isolation
-	}
-	if iso != "runc" {
-		return nil, fmt.Errorf("%w: kernels run with isolation runc only (asked: %s)", ErrIsolation, iso)
-	}
-	lim, notes, err := e.kernelLimits(lang, req.Limits)
-	if err != nil {
-		return nil, err
-	}
-	driver, err := rootfs.KernelDriver(lang)
-	if err != nil {
-		return nil, err
-	}
-	img, err := e.openImage(Request{Request: api.Request{Image: req.Image}}, lang)
-	if err != nil {
-		return nil, err
-	}
-	var root string
-	if img != nil {
-		root = img.root
-	} else if root, err = e.root(ctx, lang, nil); err != nil {
-		return nil, err
-	}
-	adm := &admission{admit: req.Admit}
+	adm := &admission{admit: req.Admit, now: e.now}
 	defer adm.release()
-	var deps *Deps
-	if img == nil { // dependency sets are for language layers, as in Execute
-		if deps, err = e.runDeps(ctx, lang, Request{Installed: req.Installed}, adm); err != nil {
-			return nil, err
-		}
+	p, err := e.plan(ctx, Request{Request: api.Request{Language: req.Language, Image: req.Image, Limits: req.Limits, Isolation: req.Isolation},
+		Workspace: req.Workspace, WorkBytes: req.WorkBytes, Installed: req.Installed}, shapeKernel, adm)
+	if err != nil {
+		return nil, err
 	}
 	if err := adm.enter(ctx); err != nil {
 		return nil, err
 	}
-	var env []string
-	if img != nil {
-		env = img.env() // the language's and the kernel's come after: theirs win
-	}
-	env = mergeEnv(mergeEnv(env, lang.Env), lang.Kernel.Env)
-	var mounts []oci.Mount
-	if deps != nil {
-		mounts, env = deps.mounts(), mergeEnv(env, deps.Env)
-	}
-	argv := slices.Clone(lang.Kernel.Argv)
-	for i, a := range argv {
-		if a == rootfs.DriverPlaceholder {
-			argv[i] = oci.KernelDir + "/" + lang.Kernel.Driver[0]
-		}
-	}
-	if img != nil {
-		argv = img.resolve(argv) // the image's python3, wherever its PATH has it
-	}
-	k, err := e.rt.StartKernel(ctx, &oci.Request{Root: root, Args: argv, Env: env, Limits: lim,
-		Workspace: req.Workspace, WorkBytes: req.WorkBytes, Mounts: mounts}, driver, KernelReadyTimeout)
+	k, err := e.rts.StartKernel(ctx, &oci.Request{Root: p.Run.Root, Args: p.Run.Args, Env: p.Env, Limits: p.Run.Limits,
+		Workspace: req.Workspace, WorkBytes: req.WorkBytes, Mounts: p.Mounts}, p.Driver, KernelReadyTimeout)
 	if err != nil {
 		return nil, err
 	}
-	return &StartedKernel{Kernel: k, Language: lang, Limits: lim, Notes: notes}, nil
+	return &StartedKernel{Kernel: k, Language: p.Language, Limits: p.Run.Limits, Notes: p.Notes}, nil
 }
 
 // kernelLimits are a kernel sandbox's limits: decided as a run's
@@ -162,17 +113,4 @@ func (e *Executor) kernelLimits(lang rootfs.Language, req api.Limits) (limits.Se
 // language's, then the request's, clamped to the ceilings).
 func (e *Executor) CellLimits(lang rootfs.Language, req api.Limits) (limits.Set, []string, error) {
 	return e.PhaseLimits(lang.Limits, api.Limits{TimeoutMS: req.TimeoutMS, CPUTimeMS: req.CPUTimeMS, OutputBytes: req.OutputBytes})
-}
-
-// mergeEnv is base with over's entries added; a key given again takes
-// over's value (an environment must not hold a key twice: getenv and
-// the interpreters disagree on which one wins).
-func mergeEnv(base, over []string) []string {
-	out := slices.Clone(base)
-	for _, kv := range over {
-		k, _, _ := strings.Cut(kv, "=")
-		out = slices.DeleteFunc(out, func(e string) bool { return strings.HasPrefix(e, k+"=") })
-		out = append(out, kv)
-	}
-	return out
 }

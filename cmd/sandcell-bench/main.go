@@ -338,14 +338,14 @@ func open(cfg *config.Config, log *slog.Logger, notes io.Writer) (*executor.Exec
 		return nil, bench.Options{}, err
 	}
 	opts := bench.Options{StateDir: cfg.StateDir, UIDBase: uint32(cfg.UIDBase), LayerDir: cfg.LayerDir,
-		RootlessUser: os.Getenv("SANDCELL_ROOTLESS_USER"), Log: log, Notes: notes}
+		RootlessUser: os.Getenv("SANDCELL_ROOTLESS_USER"), Log: log, Notes: notes, Runtimes: e.Runtimes}
 	// The CLI runners run the sandcell binary next to this one.
 	if exe, err := os.Executable(); err == nil {
 		if p := filepath.Join(filepath.Dir(exe), "sandcell"); isExecutable(p) {
 			opts.Sandcell = p
 		}
 	}
-	return e, opts, nil
+	return e.Executor, opts, nil
 }
 
 func isExecutable(p string) bool {

@@ -75,7 +75,7 @@ func batchCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []string)
 			return env.fail(err)
 		}
 		defer e.Close()
-		b := &batch.Runner{Exec: executeOf(e), Concurrency: concurrency, Log: env.log, Progress: batch.NewProgress(env.stderr, every)}
+		b := &batch.Runner{Exec: executeOf(e.Executor), Concurrency: concurrency, Log: env.log, Progress: batch.NewProgress(env.stderr, every)}
 		sum, err := b.Run(ctx, jobs, out)
 		prefix := "sandcell batch"
 		if shard.Count > 1 {

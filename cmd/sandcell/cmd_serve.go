@@ -72,7 +72,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		return env.fail(err)
 	}
 	defer closeSvc()
-	if err := prebuild(ctx, env, svc.exec, sc.Prebuild); err != nil {
+	if err := prebuild(ctx, env, svc.exec.Executor, sc.Prebuild); err != nil {
 		return env.fail(err)
 	}
 	srv := service.NewServer(svc.Service, service.ServerOptions{Version: version.String(), NoInstall: env.cfg.Deps.Off})
@@ -144,7 +144,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		// Piston's and Judge0's REST APIs on the same listener, under the
 		// same Origin and token rules (h.Check), the same executor and gate.
 		rh := rest.New(rest.Options{Executor: svc.Executor(), Admit: svc.Admit(), Guard: h.Check,
-			Languages: rest.BuiltLanguages(svc.Executor().Store()), Ceilings: env.cfg.Ceilings,
+			Languages: rest.BuiltLanguages(svc.exec.LayerStore), Ceilings: env.cfg.Ceilings,
 			Workers: env.cfg.MaxRuns, Logger: env.log})
 		defer rh.Close()
 		mux.Handle("/", drain.Wrap(rh))
@@ -209,7 +209,7 @@ func isLoopbackAddr(a net.Addr) bool {
 // metrics that observe it.
 type served struct {
 	*service.Service
-	exec    *executor.Executor
+	exec    *config.Opened
 	metrics *metrics.Metrics
 }
 
@@ -222,22 +222,22 @@ func openService(env *cliEnv) (*served, func(), error) {
 	}
 	gate := service.NewGate(env.cfg.MaxRuns, env.cfg.MaxQueue)
 	var (
-		e       *executor.Executor
+		e       *config.Opened
 		ws      *workspace.Store
 		kernels func() int
 	)
 	m := metrics.New(metrics.Sources{
-		Live: func() int { return e.Runtime().Live() },
+		Live: func() int { return e.Runtimes.Live() },
 		Sessions: func() int {
 			ms, _ := ws.List()
 			return len(ms)
 		},
 		Kernels: func() int { return kernels() },
-		Pool:    func() (oci.PoolStats, int) { return e.PoolStats() },
+		Pool:    func() (oci.PoolStats, int) { return e.Runtimes.PoolStats() },
 	})
-	opts := env.cfg.Executor(env.log, func() bool { return gate.Queued() > 0 })
-	opts.Observe, opts.Deps.EgressRefused = m.Observe, m.EgressRefused
-	e, err := executor.Open(opts)
+	e, err := env.cfg.OpenExecutor(env.log, func() bool { return gate.Queued() > 0 }, func(o *executor.Options) {
+		o.Observe, o.Deps.EgressRefused = m.Observe, m.EgressRefused
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -251,7 +251,7 @@ func openService(env *cliEnv) (*served, func(), error) {
 		e.Close()
 		return nil, nil, fmt.Errorf("sessions: %w", err)
 	}
-	svc := service.New(e, ws, gate, env.log)
+	svc := service.New(e.Executor, ws, gate, env.log)
 	svc.SetKernelOptions(service.KernelOptions{Max: env.cfg.MaxKernels, Idle: env.cfg.KernelIdle})
 	kernels = svc.LiveKernels
 	return &served{svc, e, m}, func() { e.Close() }, nil

@@ -28,7 +28,6 @@ import (
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/cmd/internal/config"
-	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/internal/netcopy"
 	"github.com/sandcell/sandcell/internal/testutil"
@@ -144,7 +143,7 @@ func startIndex(t *testing.T) *indexServer {
 // depsHarness is a sandbox (the MCP tools' implementation) whose installs
 // use the loopback index.
 type depsHarness struct {
-	a     *executor.Executor
+	a     *config.Opened
 	cfg   config.Config
 	sb    *service.Service
 	ws    *workspace.Store
@@ -188,7 +187,7 @@ func newDepsHarness(t *testing.T) *depsHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.sb = service.New(a, h.ws, service.NewGate(cfg.MaxRuns, cfg.MaxQueue), nil)
+	h.sb = service.New(a.Executor, h.ws, service.NewGate(cfg.MaxRuns, cfg.MaxQueue), nil)
 	return h
 }
 
@@ -285,7 +284,7 @@ func TestInstallDependencies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		restarted := service.New(h.a, ws2, nil, nil)
+		restarted := service.New(h.a.Executor, ws2, nil, nil)
 		rctx, rcancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer rcancel()
 		again, err := restarted.Execute(rctx, api.Request{Language: "python", Source: prog, SessionID: sess.SessionID})
@@ -449,7 +448,7 @@ print(json.dumps(out))
 	defer cancel()
 	runProbe := func(egressSocket string) map[string]any {
 		t.Helper()
-		res, err := oci.Run(ctx, h.a.Runtime(), &oci.Request{Root: root, Args: []string{"/usr/bin/python3", "-c", probe}, Env: py.Env, Limits: lim, Egress: egressSocket})
+		res, err := oci.Run(ctx, h.a.Runtimes.Libcontainer(), &oci.Request{Root: root, Args: []string{"/usr/bin/python3", "-c", probe}, Env: py.Env, Limits: lim, Egress: egressSocket})
 		if err != nil || res.Status != api.StatusOK {
 			t.Fatalf("probe: %v %s stdout %q stderr %q %s", err, res.Status, res.Stdout, res.Stderr, res.Message)
 		}
@@ -519,7 +518,7 @@ print(len(socks))
 `
 	flim := lim
 	flim.OpenFiles = 2048
-	hres, err := oci.Run(ctx, h.a.Runtime(), &oci.Request{Root: root, Args: []string{"/usr/bin/python3", "-c", hold}, Env: py.Env, Limits: flim, Egress: socket})
+	hres, err := oci.Run(ctx, h.a.Runtimes.Libcontainer(), &oci.Request{Root: root, Args: []string{"/usr/bin/python3", "-c", hold}, Env: py.Env, Limits: flim, Egress: socket})
 	close(sampling)
 	<-sampled
 	if err != nil || hres.Status != api.StatusOK || strings.TrimSpace(hres.Stdout) != "1000" {

@@ -31,7 +31,6 @@ import (
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/cmd/internal/config"
-	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/testutil"
 	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"
@@ -79,7 +78,7 @@ func TestHostileCorpus(t *testing.T) {
 	for _, backend := range []string{"runc", "gvisor", "wasm", "kernel"} {
 		t.Run(backend, func(t *testing.T) {
 			if backend == "gvisor" {
-				_, err := h.a.Gvisor()
+				_, err := h.a.Runtimes.Gvisor()
 				testutil.Require(t, err == nil, "gVisor not available (apt-get install runsc): %v", err)
 			}
 			for _, e := range entries {
@@ -283,7 +282,7 @@ func loadCorpus(t *testing.T) []*corpusEntry {
 // dir and cgroup parent, the sandbox the MCP tools use, an MCP client on
 // the stdio transport, and the host things the programs must not reach.
 type harness struct {
-	a        *executor.Executor
+	a        *config.Opened
 	cfg      config.Config
 	sb       *service.Service
 	ws       *workspace.Store
@@ -324,7 +323,7 @@ func newHarness(t *testing.T, entries []*corpusEntry) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.sb = service.New(a, h.ws, service.NewGate(cfg.MaxRuns, cfg.MaxQueue), nil)
+	h.sb = service.New(a.Executor, h.ws, service.NewGate(cfg.MaxRuns, cfg.MaxQueue), nil)
 	h.conn = newMCPConn(t, service.NewServer(h.sb, service.ServerOptions{Version: version.String()}))
 
 	h.canaryDir = t.TempDir()
@@ -353,7 +352,7 @@ func newHarness(t *testing.T, entries []*corpusEntry) *harness {
 		}
 		for _, backend := range []string{"runc", "gvisor"} {
 			if backend == "gvisor" {
-				if _, err := a.Gvisor(); err != nil {
+				if _, err := a.Runtimes.Gvisor(); err != nil {
 					continue
 				}
 			}
@@ -992,7 +991,7 @@ func (h *harness) assertHostIntact(t *testing.T) {
 	}
 	// The instance's own state tmpfs (oci's statefs_linux.go) is the
 	// server's, not a run's.
-	instance := filepath.Join(h.stateDir, h.a.Runtime().Instance()) + " tmpfs"
+	instance := filepath.Join(h.stateDir, h.a.Runtimes.Libcontainer().Instance()) + " tmpfs"
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		procs, cgs := sandboxProcs(), childCgroups(h.cgParent)

@@ -166,7 +166,7 @@ func imageMCP(t *testing.T, home, prog string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := newMCPConn(t, service.NewServer(service.New(a, ws, nil, nil), service.ServerOptions{Version: version.String()}))
+	conn := newMCPConn(t, service.NewServer(service.New(a.Executor, ws, nil, nil), service.ServerOptions{Version: version.String()}))
 	call := func(tool string, args map[string]any) (map[string]any, bool) {
 		t.Helper()
 		r := conn.tool(t, ctx, tool, args)

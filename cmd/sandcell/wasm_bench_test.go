@@ -18,7 +18,7 @@ import (
 // openTestExecutor opens an executor as `sandcell run` would (no pool, no
 // layer builds), with a state dir and a parent cgroup of its own, closed
 // and removed when tb ends. It needs root.
-func openTestExecutor(tb testing.TB) *executor.Executor {
+func openTestExecutor(tb testing.TB) *config.Opened {
 	tb.Helper()
 	state, cg := testutil.StateDir(tb, "sandcell-test-")
 	cfg := config.Default()
@@ -84,7 +84,7 @@ func BenchmarkHelloRun(b *testing.B) {
 
 // compileOnce runs lang's compile phase on src in a runc sandbox of its
 // root and returns the output file out of its /work.
-func compileOnce(ctx context.Context, b *testing.B, e *executor.Executor, lang rootfs.Language, src, out string) api.File {
+func compileOnce(ctx context.Context, b *testing.B, e *config.Opened, lang rootfs.Language, src, out string) api.File {
 	b.Helper()
 	root, err := e.Root(ctx, lang)
 	testutil.Require(b, err == nil, "layer %s: %v", lang.Name, err)
@@ -93,7 +93,7 @@ func compileOnce(ctx context.Context, b *testing.B, e *executor.Executor, lang r
 		b.Fatal(err)
 	}
 	var files []api.File
-	ph, err := oci.Run(ctx, e.Runtime(), &oci.Request{Root: root, Args: lang.Compile, Env: lang.Env, Limits: lim,
+	ph, err := oci.Run(ctx, e.Runtimes.Libcontainer(), &oci.Request{Root: root, Args: lang.Compile, Env: lang.Env, Limits: lim,
 		Files: []api.File{{Path: lang.Source, Data: []byte(src)}}, Collect: func(f []api.File) { files = f }})
 	if err != nil || ph.Status != api.StatusOK {
 		b.Fatalf("compiling %s: %v %s %s", lang.Name, err, ph.Status, ph.Stderr)

@@ -13,6 +13,7 @@ import (
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
+	"github.com/sandcell/sandcell/runtimes"
 )
 
 // Options are what both measurements need besides the executor: the
@@ -37,6 +38,10 @@ type Options struct {
 	// prefixed "sandcell-bench: " (nil: discarded).
 	Log   *slog.Logger
 	Notes io.Writer
+	// Runtimes are the executor's runtimes: the harness's own runners
+	// use its backends (bundles with libcontainer's Host, gVisor, the
+	// cgroup parent).
+	Runtimes *runtimes.Set
 }
 
 func (o Options) log() *slog.Logger {
@@ -56,6 +61,7 @@ func (o Options) note(format string, args ...any) {
 // a scratch directory and the bare host whose roots live in it.
 type lab struct {
 	e    *executor.Executor
+	rts  *runtimes.Set
 	opts Options
 	tmp  string
 	uid  int // the sandbox user's host uid
@@ -63,7 +69,7 @@ type lab struct {
 }
 
 func openLab(e *executor.Executor, opts Options) (*lab, error) {
-	tmp, err := os.MkdirTemp(filepath.Join(opts.StateDir, e.Runtime().Instance()), "bench-")
+	tmp, err := os.MkdirTemp(filepath.Join(opts.StateDir, opts.Runtimes.Libcontainer().Instance()), "bench-")
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +79,7 @@ func openLab(e *executor.Executor, opts Options) (*lab, error) {
 		return nil, err
 	}
 	uid, _ := e.SandboxIDs()
-	return &lab{e: e, opts: opts, tmp: tmp, uid: int(uid), bare: newBareHost(tmp, int(uid))}, nil
+	return &lab{e: e, rts: opts.Runtimes, opts: opts, tmp: tmp, uid: int(uid), bare: newBareHost(tmp, int(uid))}, nil
 }
 
 // close unmounts the bare roots and removes the scratch directory.
@@ -118,7 +124,7 @@ func (l *lab) program(lang rootfs.Language, root string, req api.Request) (progr
 			return err
 		}
 		spec, err := oci.Spec(&oci.Request{Root: root, Args: args, Env: lang.Env, Limits: lim},
-			oci.Host{WorkDir: "/work", UIDBase: l.opts.UIDBase, Seccomp: l.e.Seccomp()})
+			oci.Host{WorkDir: "/work", UIDBase: l.opts.UIDBase, Seccomp: l.rts.Seccomp()})
 		if err != nil {
 			return err
 		}

@@ -80,7 +80,7 @@ func (h *harness) runners(list string) ([]runner, error) {
 	} else if h.rootlessErr != nil {
 		missing["rootless"] = h.rootlessErr.Error()
 	}
-	if h.e.Pool() == nil {
+	if h.rts.Pool() == nil {
 		missing["pooled"] = "warm pools are off (--pool-size 0)"
 		missing["gvisor-pooled"] = missing["pooled"]
 	}
@@ -150,7 +150,7 @@ func newHarness(l *lab, runcPath, bwrapPath string) *harness {
 	if l.opts.Sandcell != "" {
 		h.rootless, h.rootlessErr = openRootless(name)
 	}
-	h.gv, h.gvErr = l.e.Gvisor()
+	h.gv, h.gvErr = l.rts.Gvisor()
 	if h.gvErr == nil {
 		h.gvFilter, h.gvErr = seccomp.GVisorProfile()
 	}
@@ -203,7 +203,7 @@ func (h *harness) cpu() time.Duration {
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &self)
 	_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &kids)
 	t := func(v unix.Timeval) time.Duration { return time.Duration(v.Nano()) }
-	return t(self.Utime) + t(self.Stime) + t(kids.Utime) + t(kids.Stime) + h.e.Runtime().HelperCPU()
+	return t(self.Utime) + t(self.Stime) + t(kids.Utime) + t(kids.Stime) + h.rts.Libcontainer().HelperCPU()
 }
 
 // bare runs the case on the bare host (bare.go), slot's root.
@@ -242,7 +242,7 @@ func cliPhase(ctx context.Context, name string, argv, env []string) (string, err
 // sandcell's (oci.Spec), cgroup and seccomp filter included. The time
 // counted covers writing /work and the bundles, as sandcell's does.
 func (h *harness) runcCLI(ctx context.Context, c *benchCase, _ int) (string, error) {
-	return h.bundleRun(ctx, c, bundleCLI{name: "runc run", cgroup: true, seccomp: h.e.Seccomp(),
+	return h.bundleRun(ctx, c, bundleCLI{name: "runc run", cgroup: true, seccomp: h.rts.Seccomp(),
 		argv: func(state, bundle, id string) []string {
 			return []string{h.runcPath, "--root", state, "run", "--bundle", bundle, id}
 		}})
@@ -295,7 +295,7 @@ func (h *harness) bundleRun(ctx context.Context, c *benchCase, cli bundleCLI) (s
 		bundle := filepath.Join(dir, "bundle"+strconv.Itoa(i))
 		host := oci.Host{WorkDir: filepath.Join(dir, "work"), UIDBase: h.opts.UIDBase, Seccomp: cli.seccomp}
 		if cli.cgroup {
-			host.CgroupsPath = h.e.Parent().ChildPath(id)
+			host.CgroupsPath = h.rts.Parent().ChildPath(id)
 		}
 		spec, err := oci.Spec(&oci.Request{Root: c.root, Args: ph.args, Env: c.lang.Env, Limits: ph.lim}, host)
 		if err != nil {
@@ -309,7 +309,7 @@ func (h *harness) bundleRun(ctx context.Context, c *benchCase, cli bundleCLI) (s
 		}
 		out, err = cliPhase(ctx, cli.name, cli.argv(filepath.Join(dir, "state"), bundle, id), nil)
 		if cli.cgroup {
-			_ = h.e.Parent().RemoveChild(id)
+			_ = h.rts.Parent().RemoveChild(id)
 		}
 		if err != nil {
 			return "", err

@@ -4,9 +4,10 @@
 // layer store, the executor's options), so that every command sees the
 // same stores and limits.
 //
-// To add a setting: add the field to Config with its meaning and zero
-// value, its flag in AddFlags, its check in Validate, and pass it on in
-// Executor (or wherever it is used).
+// To add a setting: add the field where it is used (executor.Settings,
+// runtimes.HostSettings, or Config for the commands' own) with its meaning
+// and zero value, its flag in AddFlags and its check in Validate. Config
+// embeds the first two, so the value reaches its user as it is.
 package config
 
 import (
@@ -27,38 +28,22 @@ import (
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
+	"github.com/sandcell/sandcell/runtimes"
 )
 
 // Config is the configuration of a sandcell process. The zero value of a
-// field means its default (Default).
+// field means its default (Default). The executor's settings
+// (executor.Settings: state directory, isolation, limits, installs...) and
+// the runtimes' (runtimes.HostSettings: cgroup parent, uid base, runsc,
+// warm pools...) are defined, with their meaning, where they are used;
+// Config embeds them, and holds the rest.
 type Config struct {
-	// StateDir holds runtime state (containers, per-run mounts); cleaned
-	// at start-up of leftovers from a killed server.
-	StateDir string
+	executor.Settings
+	runtimes.HostSettings
 	// LayerDir is sandcell's home: the language layers and roots live in
 	// LayerDir/rootfs (rootfs.Store). Default $SANDCELL_HOME or
 	// /var/lib/sandcell.
 	LayerDir string
-	// AutoBuild builds a language's missing layers on its first use (from
-	// the Debian mirror). Off for offline or locked-down hosts: a missing
-	// layer is then an error naming "sandcell rootfs build LANG".
-	AutoBuild bool
-	// CgroupParent is the cgroup holding every sandbox.
-	CgroupParent string
-	// MaxMemory and MaxPids are the parent cgroup's ceilings for all
-	// sandboxes together (0: half of the host's memory; 16384 pids).
-	MaxMemory int64
-	MaxPids   int64
-	// UIDBase is the first host uid of the sandboxes' id range.
-	UIDBase uint
-	// Isolation, the runsc settings and the limits are the executor's
-	// (executor.Options has their meaning); Runsc "" means RunscPath.
-	Isolation     string
-	Runsc         string
-	RunscPlatform string
-	RunscAllowKVM bool
-	Defaults      limits.Set
-	Ceilings      limits.Set
 	// SharedLayerDirs are other sandcell homes whose built layers are used
 	// read-only (a rootless server uses the root-built /var/lib/sandcell).
 	SharedLayerDirs []string
@@ -82,31 +67,9 @@ type Config struct {
 	// 4 x MaxRuns). Past both, a call is refused as busy at once.
 	MaxRuns  int
 	MaxQueue int
-	// Deps are the package installs' settings (install_dependencies,
-	// execute_code's dependencies): --no-install, --deps-*, --egress-*.
-	Deps executor.DepsOptions
-	// PoolSize is the most containers prepared ahead per pool key (same
-	// root, limits, environment...); 0 turns warm pools off. Negative (the
-	// default) is the command's own default: ServePoolSize for a server
-	// (serve, see ForServe), where a pre-started interpreter answers an
-	// agent's call in a few milliseconds, and 0 for the one-shot commands
-	// (run, batch), which would only pay for containers they never use.
-	// Idle prepared containers are live processes, cgroups and mounts
-	// (tests that look for leftovers while a server runs pass 0). PoolIdle
-	// is how long a key goes unasked before its pool shrinks to zero.
-	PoolSize int
-	PoolIdle time.Duration
-	// ForkServer starts runc sandboxes through sandcell's fork server (a
-	// few milliseconds per run) wherever the spec allows; false starts
-	// every one through libcontainer's own re-exec (tens of milliseconds).
-	// What a program sees is the same either way.
-	ForkServer bool
 	// LogLevel is the level of the logs on stderr: debug, info, warn
 	// (the default) or error.
 	LogLevel string
-	// NoKernelSandbox, set when this user's sandcell could not enter its
-	// user namespace (NoUserNS), says why: only isolation wasm runs.
-	NoKernelSandbox string
 	// MaxKernels caps the live kernels (run_cell's interpreters) of a
 	// server, all sessions together (0: service.DefaultMaxKernels);
 	// KernelIdle stops a kernel that ran no cell for that long (0:
@@ -115,6 +78,14 @@ type Config struct {
 	KernelIdle time.Duration
 }
 
+// PoolSize (runtimes.HostSettings) negative, the default here, is the
+// command's own default: ServePoolSize for a server (serve, see
+// ForServe), where a pre-started interpreter answers an agent's call in a
+// few milliseconds, and 0 for the one-shot commands (run, batch), which
+// would only pay for containers they never use. Idle prepared containers
+// are live processes, cgroups and mounts (tests that look for leftovers
+// while a server runs pass 0).
+
 // ServePoolSize is a server's warm pool size when --pool-size is not given.
 const ServePoolSize = 2
 
@@ -122,15 +93,22 @@ const ServePoolSize = 2
 // sandcell's rootless user namespace, the user's (Rootless).
 func Default() Config {
 	c := Config{
-		StateDir:             "/run/sandcell",
+		Settings: executor.Settings{
+			StateDir:  "/run/sandcell",
+			AutoBuild: true,
+			Isolation: "runc",
+			Defaults:  limits.Defaults(),
+			Ceilings:  limits.Ceilings(),
+		},
+		HostSettings: runtimes.HostSettings{
+			CgroupParent: "/sandcell",
+			MaxPids:      16384,
+			UIDBase:      100000,
+			PoolSize:     -1,
+			PoolIdle:     oci.DefaultPoolIdle,
+			ForkServer:   true,
+		},
 		LayerDir:             rootfs.DefaultDir(),
-		AutoBuild:            true,
-		CgroupParent:         "/sandcell",
-		MaxPids:              16384,
-		UIDBase:              100000,
-		Isolation:            "runc",
-		Defaults:             limits.Defaults(),
-		Ceilings:             limits.Ceilings(),
 		SessionTTL:           24 * time.Hour,
 		SessionMaxTTL:        7 * 24 * time.Hour,
 		SessionQuota:         256 << 20,
@@ -138,9 +116,6 @@ func Default() Config {
 		MaxSessionsPerClient: 32,
 		MaxRuns:              runtime.NumCPU(),
 		MaxQueue:             4 * runtime.NumCPU(),
-		PoolSize:             -1,
-		PoolIdle:             oci.DefaultPoolIdle,
-		ForkServer:           true,
 		LogLevel:             "warn",
 	}
 	if uid, _, ok := Rootless(); ok {
@@ -293,43 +268,68 @@ func (c *Config) Store(log *slog.Logger) *rootfs.Store {
 	return &rootfs.Store{Dir: c.LayerDir, Shared: slices.Clone(c.SharedLayerDirs), Logger: log}
 }
 
-// Executor is the executor's options from the configuration. poolBusy,
-// if set, says that runs wait for admission (service.Gate.Queued).
-func (c *Config) Executor(log *slog.Logger, poolBusy func() bool) executor.Options {
+// Runtimes is the runtimes' configuration: the settings, and what this
+// process is (rootless, without a kernel sandbox). poolBusy, if set, says
+// that runs wait for admission (service.Gate.Queued).
+func (c *Config) Runtimes(log *slog.Logger, poolBusy func() bool) runtimes.Config {
 	uid, _, rootless := Rootless()
-	return executor.Options{
+	hs := c.HostSettings
+	hs.Runsc, hs.PoolSize = c.RunscPath(), max(c.PoolSize, 0)
+	return runtimes.Config{
+		HostSettings:    hs,
 		StateDir:        c.StateDir,
-		Store:           c.Store(log),
-		AutoBuild:       c.AutoBuild,
-		CgroupParent:    c.CgroupParent,
-		MaxMemory:       c.MaxMemory,
-		MaxPids:         c.MaxPids,
-		UIDBase:         uint32(c.UIDBase),
+		Isolation:       c.Isolation,
 		Rootless:        rootless,
 		RootlessUID:     uid,
-		Isolation:       c.Isolation,
 		NoKernelSandbox: c.NoKernelSandbox,
 		WasmCache:       filepath.Join(c.LayerDir, "wasm-cache"),
-		Runsc:           c.RunscPath(),
-		RunscPlatform:   c.RunscPlatform,
-		RunscAllowKVM:   c.RunscAllowKVM,
-		Defaults:        c.Defaults,
-		Ceilings:        c.Ceilings,
-		PoolSize:        max(c.PoolSize, 0),
-		ForkServer:      c.ForkServer,
-		PoolIdle:        c.PoolIdle,
 		PoolBusy:        poolBusy,
-		Deps:            c.Deps,
 		Logger:          log,
 	}
 }
 
-// OpenExecutor validates the configuration and opens the executor.
-func (c *Config) OpenExecutor(log *slog.Logger, poolBusy func() bool) (*executor.Executor, error) {
+// Executor is the executor's options over the runtimes rts and the store.
+func (c *Config) Executor(log *slog.Logger, rts executor.Runtimes, store *rootfs.Store) executor.Options {
+	return executor.Options{Settings: c.Settings, Runtimes: rts, Store: store, Logger: log}
+}
+
+// Opened is an executor and the runtimes under it (the benchmark and
+// doctor reach the backends themselves); the executor's Close closes the
+// runtimes.
+type Opened struct {
+	*executor.Executor
+	Runtimes   *runtimes.Set
+	LayerStore *rootfs.Store
+}
+
+// OpenExecutor validates the configuration, makes the runtimes, cleans
+// the layer store of builds that killed processes left, and opens the
+// executor over them. edit, if set, changes the executor's options first
+// (a server's metrics observe it).
+func (c *Config) OpenExecutor(log *slog.Logger, poolBusy func() bool, edit ...func(*executor.Options)) (*Opened, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	return executor.Open(c.Executor(log, poolBusy))
+	rts, err := runtimes.Open(c.Runtimes(log, poolBusy))
+	if err != nil {
+		return nil, err
+	}
+	store := c.Store(log)
+	if c.NoKernelSandbox == "" { // a wasm-only process mounts no roots, and may unmount none
+		if err := store.Clean(); err != nil && log != nil {
+			log.Warn("layer store cleanup", "err", err)
+		}
+	}
+	opts := c.Executor(log, rts, store)
+	for _, f := range edit {
+		f(&opts)
+	}
+	e, err := executor.New(opts)
+	if err != nil {
+		rts.Close()
+		return nil, err
+	}
+	return &Opened{Executor: e, Runtimes: rts, LayerStore: store}, nil
 }
 
 // RunscPath is the runsc to use: --runsc, else the current static runsc

@@ -59,7 +59,7 @@ func TestDepsFlags(t *testing.T) {
 	if c.Deps.MaxBytes != 100<<20 || c.Deps.Hosts["mirror.test"][0].String() != "10.0.0.5" {
 		t.Errorf("parsed %+v", c)
 	}
-	o := c.Executor(nil, nil).Deps
+	o := c.Executor(nil, nil, nil).Deps
 	if o.Index["py"] != "http://Mirror.test:8080/simple" || o.MaxBytes != 100<<20 || len(o.Allow["javascript"]) != 1 || len(o.Hosts["mirror.test"]) != 1 {
 		t.Errorf("executor deps options %+v, want the flags' values", o)
 	}
