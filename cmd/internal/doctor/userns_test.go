@@ -64,7 +64,7 @@ func TestDiagnoseUserNS(t *testing.T) {
 // The profile the fix names is the one the project ships, and it grants
 // user namespaces to the installed binary's paths.
 func TestAppArmorProfileShipped(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", AppArmorProfile))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", AppArmorProfile))
 	if err != nil {
 		t.Fatal(err)
 	}
