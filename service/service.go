@@ -16,7 +16,6 @@ import (
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
-	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -36,16 +35,21 @@ var (
 // Service is mcp.Sandbox and mcp.Installer over an executor and the
 // sessions' workspaces. Its methods may be called concurrently.
 type Service struct {
-	exec    *executor.Executor
+	exec    Executor
 	ws      *workspace.Store
 	gate    *Gate
 	log     *slog.Logger
 	kernels *kernels // the sessions' live interpreters (kernel.go)
 }
 
-// New makes the service. gate admits its runs and installs (nil: no
-// bound); log may be nil.
+// New makes the service over the executor. gate admits its runs and
+// installs (nil: no bound); log may be nil.
 func New(exec *executor.Executor, ws *workspace.Store, gate *Gate, log *slog.Logger) *Service {
+	return NewWith(wired{exec}, ws, gate, log)
+}
+
+// NewWith makes the service over any Executor (a fake in tests), as New.
+func NewWith(exec Executor, ws *workspace.Store, gate *Gate, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -53,10 +57,6 @@ func New(exec *executor.Executor, ws *workspace.Store, gate *Gate, log *slog.Log
 	s.kernels = newKernels(s)
 	return s
 }
-
-// Executor is the executor the service runs requests with (the REST
-// adapters run theirs with it too, through the same gate).
-func (s *Service) Executor() *executor.Executor { return s.exec }
 
 // Admit is the admission of every run of the server: the gate's Enter,
 // or nil when there is no gate. It has the shape of
@@ -154,7 +154,7 @@ func (s *Service) session(id string) (*workspace.Session, error) {
 	return sess, err
 }
 
-// sessionWork is a session's workspace as a run's oci.Workspace. A
+// sessionWork is a session's workspace as a run's executor.Workspace. A
 // compiled program saves twice (compile phase, run phase): the changes add
 // up, a file created by the first and modified by the second is created.
 type sessionWork struct {
@@ -171,12 +171,12 @@ type sessionWork struct {
 
 func (w *sessionWork) Fill(dir string) error { return w.sess.Fill(dir) }
 
-// Tree opens the session's tree for oci's fill helper, which copies it
-// into /work from the run's cgroup (oci.TreeWorkspace).
+// Tree opens the session's tree for the runtime's fill helper, which
+// copies it into /work from the run's cgroup (oci.TreeWorkspace).
 func (w *sessionWork) Tree() (*os.File, error) { return w.sess.Tree() }
 
-// Within says whether the session's tree is small enough for oci to copy
-// in-process (oci.BoundedWorkspace).
+// Within says whether the session's tree is small enough for the runtime
+// to copy in-process (oci.BoundedWorkspace).
 func (w *sessionWork) Within(maxBytes int64, maxEntries int) (bool, error) {
 	return w.sess.Within(maxBytes, maxEntries)
 }
@@ -193,7 +193,7 @@ func (w *sessionWork) Save(dir string) error {
 		w.log.Info("entries of /work not saved to the session", "session", w.sess.Meta().ID, "skipped", skipped)
 	}
 	if errors.Is(err, workspace.ErrQuota) || errors.Is(err, workspace.ErrInvalid) {
-		return fmt.Errorf("%w: %w", oci.ErrWorkRefused, err)
+		return fmt.Errorf("%w: %w", executor.ErrWorkRefused, err)
 	}
 	if err != nil {
 		return err
