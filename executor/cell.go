@@ -100,23 +100,34 @@ type CellOutcome struct {
 // returns before the cell's reply or the kernel's death (oci.Kernel.Exec);
 // a kernel that died stays dead: the caller destroys it.
 func (k *StartedKernel) RunCell(ctx context.Context, c Cell) CellOutcome {
-	cell := oci.KernelCell{
+	cell := kernelCell(c)
+	return cellOutcome(k.Exec(ctx, cell), cell, k.Limits.MemoryBytes)
+}
+
+// kernelCell is the runtime's command for c.
+func kernelCell(c Cell) oci.KernelCell {
+	return oci.KernelCell{
 		Command: map[string]any{"code": string(c.Code), "cell": c.Number, "outputs": c.Outputs, "max_pixels": c.MaxPixels},
 		Timeout: c.Limits.Timeout, CPUTime: c.Limits.CPUTime, Grace: c.Grace, OutputBytes: c.Limits.OutputBytes,
 		OnOutput: c.OnOutput,
 	}
-	o := k.Exec(ctx, cell)
+}
+
+// cellOutcome reads what the runtime saw of a cell on a kernel of memory
+// bytes: the driver's reply parsed (a reply that is not valid JSON is
+// sandcell's failure), the verdict, the streams as a run's.
+func cellOutcome(o oci.KernelOutcome, cell oci.KernelCell, memory int64) CellOutcome {
 	var r CellReply
 	if o.Reply != nil {
 		if err := json.Unmarshal(o.Reply, &r); err != nil && o.Err == nil {
 			o.Err = fmt.Errorf("the kernel's reply is not valid: %v", err)
 		}
 	}
-	status, msg, kept := oci.KernelVerdict(o, cell, k.Limits.MemoryBytes, r.Status == "error")
+	status, msg, kept := oci.KernelVerdict(o, cell, memory, r.Status == "error")
 	out := CellOutcome{Status: status, Message: msg, Kept: kept, Reply: r.cleaned(),
 		Stdout: o.Stdout, Stderr: o.Stderr, StdoutTruncated: o.StdoutTruncated, StderrTruncated: o.StderrTruncated,
 		Unresponsive: o.Killed && o.Err == nil, Elapsed: o.Elapsed, CPUTime: o.CPUTime, MemoryPeakBytes: o.MemoryPeakBytes}
-	cutNote := fmt.Sprintf("\n[sandcell: output truncated at %d bytes]", c.Limits.OutputBytes)
+	cutNote := fmt.Sprintf("\n[sandcell: output truncated at %d bytes]", cell.OutputBytes)
 	if out.StdoutTruncated {
 		out.Stdout += cutNote
 	}

@@ -90,33 +90,10 @@ func (s *Service) Execute(ctx context.Context, req api.Request) (api.Result, err
 	)
 	err := s.locked(ctx, req.SessionID, func(sess *workspace.Session) error {
 		ran = true
-		m := sess.Meta()
-		if er.Image == "" {
-			er.Image = m.Image
+		work, err := s.inSession(&er, sess)
+		if err != nil {
+			return err
 		}
-		// A session's language is the default of its runs, except for the
-		// image's own program (run_command without a command).
-		if er.Language == "" && er.Script == "" && (er.Image == "" || er.Command != nil || er.Source != nil) {
-			er.Language = m.Language
-		}
-		work := &sessionWork{sess: sess, log: s.log}
-		if er.Source != nil && er.Command == nil && er.Script == "" {
-			// The program is written to /work/<its language's source
-			// name>: never over a file of the session (issue #17: it
-			// silently replaced the user's main.py), and not left
-			// behind (sessionWork.Save removes it).
-			l, err := rootfs.Lookup(er.Language)
-			if err != nil {
-				return err
-			}
-			if _, err := sess.Stat(l.Source); !errors.Is(err, workspace.ErrNotFound) {
-				return fmt.Errorf("%w: execute_code writes the program to /work/%s, and session %s has a file of that name: "+
-					"run it with run_script, or rename or delete it first", ErrSourceTaken, l.Source, req.SessionID)
-			}
-			work.source, work.sourceData = l.Source, er.Source
-		}
-		er.Workspace, er.WorkBytes, er.Installed = work, m.Quota, m.Deps
-		var err error
 		res, err = s.execute(ctx, er, work)
 		return err
 	})
@@ -124,6 +101,39 @@ func (s *Service) Execute(ctx context.Context, req api.Request) (api.Result, err
 		s.exec.Refused(req, err) // the session: unknown, or its lock not had
 	}
 	return res, err
+}
+
+// inSession makes er a run in sess: the session's image and language
+// unless the request names its own, its files as /work, its quota and
+// dependency sets.
+func (s *Service) inSession(er *executor.Request, sess *workspace.Session) (*sessionWork, error) {
+	m := sess.Meta()
+	if er.Image == "" {
+		er.Image = m.Image
+	}
+	// A session's language is the default of its runs, except for the
+	// image's own program (run_command without a command).
+	if er.Language == "" && er.Script == "" && (er.Image == "" || er.Command != nil || er.Source != nil) {
+		er.Language = m.Language
+	}
+	work := &sessionWork{sess: sess, log: s.log}
+	if er.Source != nil && er.Command == nil && er.Script == "" {
+		// The program is written to /work/<its language's source name>:
+		// never over a file of the session (issue #17: it silently
+		// replaced the user's main.py), and not left behind
+		// (sessionWork.Save removes it).
+		l, err := rootfs.Lookup(er.Language)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := sess.Stat(l.Source); !errors.Is(err, workspace.ErrNotFound) {
+			return nil, fmt.Errorf("%w: execute_code writes the program to /work/%s, and session %s has a file of that name: "+
+				"run it with run_script, or rename or delete it first", ErrSourceTaken, l.Source, m.ID)
+		}
+		work.source, work.sourceData = l.Source, er.Source
+	}
+	er.Workspace, er.WorkBytes, er.Installed = work, m.Quota, m.Deps
+	return work, nil
 }
 
 // execute runs er and, in a session (work set), reports what the run
@@ -400,13 +410,19 @@ func (s *Service) ExpireSessions(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			ids, err := s.ws.Expire()
-			if err != nil {
-				s.log.Warn("expiring idle sessions", "err", err)
-			}
-			if len(ids) > 0 {
-				s.log.Info("idle sessions expired", "sessions", ids)
-			}
+			s.expireSessions()
 		}
+	}
+}
+
+// expireSessions removes the sessions idle past their TTL (not those in
+// use: the store leaves a locked session alone).
+func (s *Service) expireSessions() {
+	ids, err := s.ws.Expire()
+	if err != nil {
+		s.log.Warn("expiring idle sessions", "err", err)
+	}
+	if len(ids) > 0 {
+		s.log.Info("idle sessions expired", "sessions", ids)
 	}
 }
