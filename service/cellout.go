@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"image"
 	_ "image/gif" // DecodeConfig of displayed GIFs
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/executor"
 )
 
 // A cell's output as the model gets it. Text past the text cap is shown
@@ -34,6 +36,108 @@ const (
 // outputsDir is the session directory of the cells' outputs (figures,
 // whole texts).
 const outputsDir = "outputs"
+
+// shapeCell is a cell's result from its outcome (n: the cell's number):
+// the verdict, the usage, the driver's error, and the texts shaped to the
+// text cap, with the whole texts past it as files to save in the session.
+func shapeCell(o executor.CellOutcome, n int, opts KernelOptions) (api.CellResult, []api.File) {
+	res := api.CellResult{Status: o.Status, Message: o.Message,
+		StdoutTruncated: o.StdoutTruncated, StderrTruncated: o.StderrTruncated,
+		ExecutionTimeMS: o.Elapsed.Milliseconds(), CPUTimeMS: o.CPUTime.Milliseconds(), MemoryPeakBytes: o.MemoryPeakBytes}
+	r := o.Reply
+	if r.Status == "error" && r.Error != nil {
+		res.Error = r.Error
+	}
+	var files []api.File
+	shape := func(text, what string) (string, string) {
+		name := fmt.Sprintf("%s/cell%d-%s.txt", outputsDir, n, what)
+		shown, cut := shapeText(text, opts.TextCap, name)
+		if !cut {
+			return text, ""
+		}
+		files = append(files, api.File{Path: name, Data: []byte(text), Mode: 0o644})
+		return shown, name
+	}
+	res.Stdout, res.StdoutFile = shape(o.Stdout, "stdout")
+	res.Stderr, res.StderrFile = shape(o.Stderr, "stderr")
+	if r.Value != nil {
+		res.Value, res.ValueFile = shape(*r.Value, "value")
+		res.ValueType = truncateRunes(r.ValueType, 200)
+	}
+	return res, files
+}
+
+// display turns the driver's display items into the result's: texts cut
+// to the text cap, images checked against the budget (read from the
+// kernel's /work, never through a link).
+func display(k Kernel, r executor.CellReply, opts KernelOptions) []api.Display {
+	b := &imageBudget{maxPixels: opts.MaxPixels, maxBytes: opts.MaxImageBytes, total: opts.ImageTotal, maxImages: opts.MaxImages}
+	var out []api.Display
+	for _, d := range r.Display {
+		if len(out) >= 64 {
+			break
+		}
+		switch d.Kind {
+		case "text":
+			out = append(out, api.Display{Kind: "text", Text: truncateRunes(d.Text, opts.TextCap)})
+		case "image":
+			data, err := k.ReadFile(d.Path, opts.MaxImageBytes)
+			if errors.Is(err, api.ErrInvalid) {
+				continue // not a clean path inside /work: nothing to show
+			}
+			item := api.Display{Kind: "image", Path: d.Path}
+			b.admit(&item, data, err)
+			if d.Note != "" && item.Inline {
+				item.Note = truncateRunes(d.Note, 300)
+			}
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// notSaved says in res that the session did not take the cell's /work
+// (err: Kernel.Save's): the session refused it (an error verdict), or
+// saving failed (internal_error). The whole texts were not saved either.
+func notSaved(res *api.CellResult, err error) {
+	var m string
+	if errors.Is(err, executor.ErrWorkRefused) {
+		m = fmt.Sprintf("the session did not keep this cell's /work: %v %s", err, notSavedCell)
+		if res.Status == api.StatusOK {
+			res.Status = api.StatusError
+		}
+	} else {
+		m = fmt.Sprintf("saving /work to the session failed: %v %s", err, notSavedCell)
+		res.Status = api.StatusInternalError
+	}
+	res.Message = joinSentences(res.Message, m)
+	res.StdoutFile, res.StderrFile, res.ValueFile = "", "", ""
+}
+
+// notSavedCell ends the message of a cell whose /work was not saved.
+const notSavedCell = "(the session keeps its files from before this cell; the kernel's /work still has them)"
+
+// truncateRunes cuts s to at most n bytes on a character boundary.
+func truncateRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// joinSentences joins two messages, either of which may be empty.
+func joinSentences(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return strings.TrimSuffix(a, ".") + "; " + b
+}
 
 // shapeText returns text as shown inline: whole when within cap bytes,
 // else its head and tail (each about half the cap, cut at a line end when

@@ -16,7 +16,6 @@ import (
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
-	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -36,16 +35,21 @@ var (
 // Service is mcp.Sandbox and mcp.Installer over an executor and the
 // sessions' workspaces. Its methods may be called concurrently.
 type Service struct {
-	exec    *executor.Executor
+	exec    Executor
 	ws      *workspace.Store
 	gate    *Gate
 	log     *slog.Logger
 	kernels *kernels // the sessions' live interpreters (kernel.go)
 }
 
-// New makes the service. gate admits its runs and installs (nil: no
-// bound); log may be nil.
+// New makes the service over the executor. gate admits its runs and
+// installs (nil: no bound); log may be nil.
 func New(exec *executor.Executor, ws *workspace.Store, gate *Gate, log *slog.Logger) *Service {
+	return NewWith(wired{exec}, ws, gate, log)
+}
+
+// NewWith makes the service over any Executor (a fake in tests), as New.
+func NewWith(exec Executor, ws *workspace.Store, gate *Gate, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -53,10 +57,6 @@ func New(exec *executor.Executor, ws *workspace.Store, gate *Gate, log *slog.Log
 	s.kernels = newKernels(s)
 	return s
 }
-
-// Executor is the executor the service runs requests with (the REST
-// adapters run theirs with it too, through the same gate).
-func (s *Service) Executor() *executor.Executor { return s.exec }
 
 // Admit is the admission of every run of the server: the gate's Enter,
 // or nil when there is no gate. It has the shape of
@@ -90,33 +90,10 @@ func (s *Service) Execute(ctx context.Context, req api.Request) (api.Result, err
 	)
 	err := s.locked(ctx, req.SessionID, func(sess *workspace.Session) error {
 		ran = true
-		m := sess.Meta()
-		if er.Image == "" {
-			er.Image = m.Image
+		work, err := s.inSession(&er, sess)
+		if err != nil {
+			return err
 		}
-		// A session's language is the default of its runs, except for the
-		// image's own program (run_command without a command).
-		if er.Language == "" && er.Script == "" && (er.Image == "" || er.Command != nil || er.Source != nil) {
-			er.Language = m.Language
-		}
-		work := &sessionWork{sess: sess, log: s.log}
-		if er.Source != nil && er.Command == nil && er.Script == "" {
-			// The program is written to /work/<its language's source
-			// name>: never over a file of the session (issue #17: it
-			// silently replaced the user's main.py), and not left
-			// behind (sessionWork.Save removes it).
-			l, err := rootfs.Lookup(er.Language)
-			if err != nil {
-				return err
-			}
-			if _, err := sess.Stat(l.Source); !errors.Is(err, workspace.ErrNotFound) {
-				return fmt.Errorf("%w: execute_code writes the program to /work/%s, and session %s has a file of that name: "+
-					"run it with run_script, or rename or delete it first", ErrSourceTaken, l.Source, req.SessionID)
-			}
-			work.source, work.sourceData = l.Source, er.Source
-		}
-		er.Workspace, er.WorkBytes, er.Installed = work, m.Quota, m.Deps
-		var err error
 		res, err = s.execute(ctx, er, work)
 		return err
 	})
@@ -124,6 +101,39 @@ func (s *Service) Execute(ctx context.Context, req api.Request) (api.Result, err
 		s.exec.Refused(req, err) // the session: unknown, or its lock not had
 	}
 	return res, err
+}
+
+// inSession makes er a run in sess: the session's image and language
+// unless the request names its own, its files as /work, its quota and
+// dependency sets.
+func (s *Service) inSession(er *executor.Request, sess *workspace.Session) (*sessionWork, error) {
+	m := sess.Meta()
+	if er.Image == "" {
+		er.Image = m.Image
+	}
+	// A session's language is the default of its runs, except for the
+	// image's own program (run_command without a command).
+	if er.Language == "" && er.Script == "" && (er.Image == "" || er.Command != nil || er.Source != nil) {
+		er.Language = m.Language
+	}
+	work := &sessionWork{sess: sess, log: s.log}
+	if er.Source != nil && er.Command == nil && er.Script == "" {
+		// The program is written to /work/<its language's source name>:
+		// never over a file of the session (issue #17: it silently
+		// replaced the user's main.py), and not left behind
+		// (sessionWork.Save removes it).
+		l, err := rootfs.Lookup(er.Language)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := sess.Stat(l.Source); !errors.Is(err, workspace.ErrNotFound) {
+			return nil, fmt.Errorf("%w: execute_code writes the program to /work/%s, and session %s has a file of that name: "+
+				"run it with run_script, or rename or delete it first", ErrSourceTaken, l.Source, m.ID)
+		}
+		work.source, work.sourceData = l.Source, er.Source
+	}
+	er.Workspace, er.WorkBytes, er.Installed = work, m.Quota, m.Deps
+	return work, nil
 }
 
 // execute runs er and, in a session (work set), reports what the run
@@ -154,7 +164,7 @@ func (s *Service) session(id string) (*workspace.Session, error) {
 	return sess, err
 }
 
-// sessionWork is a session's workspace as a run's oci.Workspace. A
+// sessionWork is a session's workspace as a run's executor.Workspace. A
 // compiled program saves twice (compile phase, run phase): the changes add
 // up, a file created by the first and modified by the second is created.
 type sessionWork struct {
@@ -171,12 +181,12 @@ type sessionWork struct {
 
 func (w *sessionWork) Fill(dir string) error { return w.sess.Fill(dir) }
 
-// Tree opens the session's tree for oci's fill helper, which copies it
-// into /work from the run's cgroup (oci.TreeWorkspace).
+// Tree opens the session's tree for the runtime's fill helper, which
+// copies it into /work from the run's cgroup (oci.TreeWorkspace).
 func (w *sessionWork) Tree() (*os.File, error) { return w.sess.Tree() }
 
-// Within says whether the session's tree is small enough for oci to copy
-// in-process (oci.BoundedWorkspace).
+// Within says whether the session's tree is small enough for the runtime
+// to copy in-process (oci.BoundedWorkspace).
 func (w *sessionWork) Within(maxBytes int64, maxEntries int) (bool, error) {
 	return w.sess.Within(maxBytes, maxEntries)
 }
@@ -193,7 +203,7 @@ func (w *sessionWork) Save(dir string) error {
 		w.log.Info("entries of /work not saved to the session", "session", w.sess.Meta().ID, "skipped", skipped)
 	}
 	if errors.Is(err, workspace.ErrQuota) || errors.Is(err, workspace.ErrInvalid) {
-		return fmt.Errorf("%w: %w", oci.ErrWorkRefused, err)
+		return fmt.Errorf("%w: %w", executor.ErrWorkRefused, err)
 	}
 	if err != nil {
 		return err
@@ -400,13 +410,19 @@ func (s *Service) ExpireSessions(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			ids, err := s.ws.Expire()
-			if err != nil {
-				s.log.Warn("expiring idle sessions", "err", err)
-			}
-			if len(ids) > 0 {
-				s.log.Info("idle sessions expired", "sessions", ids)
-			}
+			s.expireSessions()
 		}
+	}
+}
+
+// expireSessions removes the sessions idle past their TTL (not those in
+// use: the store leaves a locked session alone).
+func (s *Service) expireSessions() {
+	ids, err := s.ws.Expire()
+	if err != nil {
+		s.log.Warn("expiring idle sessions", "err", err)
+	}
+	if len(ids) > 0 {
+		s.log.Info("idle sessions expired", "sessions", ids)
 	}
 }

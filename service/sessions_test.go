@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -74,7 +75,7 @@ func (c *streamClient) createSession() (bool, string) {
 // it asked for (200 extra were accepted). Each MCP connection is a client
 // with its own bound, and the store has one for all.
 func TestSessionsPerClient(t *testing.T) {
-	ws, err := workspace.Open(t.TempDir(), workspace.Options{MaxSessions: 3, MaxPerClient: 2})
+	ws, err := workspace.Open(t.TempDir(), workspace.Options{MaxSessions: 3, MaxPerClient: 2, UID: os.Getuid(), GID: os.Getgid()})
 	if err != nil {
 		t.Fatal(err)
 	}

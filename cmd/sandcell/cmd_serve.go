@@ -143,7 +143,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		mux.Handle("/metrics", h.Guard(svc.metrics.Handler()))
 		// Piston's and Judge0's REST APIs on the same listener, under the
 		// same Origin and token rules (h.Check), the same executor and gate.
-		rh := rest.New(rest.Options{Executor: svc.Executor(), Admit: svc.Admit(), Guard: h.Check,
+		rh := rest.New(rest.Options{Executor: svc.exec, Admit: svc.Admit(), Guard: h.Check,
 			Languages: rest.BuiltLanguages(svc.exec.LayerStore), Ceilings: env.cfg.Ceilings,
 			Workers: env.cfg.MaxRuns, Logger: env.log})
 		defer rh.Close()
