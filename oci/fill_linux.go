@@ -239,7 +239,7 @@ func (h *fillHelper) abort() {
 // there is none.
 func (r *run) fill(ctx context.Context, h *fillHelper, req *Request, uid, gid uint32, target *cgroupTarget) error {
 	if h == nil {
-		return fillWork(r.work, req, uid, gid)
+		return FillWork(r.work, req, uid, gid)
 	}
 	defer h.abort()
 	dir := target.memoryDir()

@@ -63,9 +63,7 @@ func (d direct) Prepare(ctx context.Context, req *Request) (Container, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	r := *req
-	r.direct = true
-	return d.r.prepareValid(ctx, &r)
+	return d.r.prepareValid(ctx, req, prepareAs{direct: true})
 }
 
 // errForkUnsupported: the fork server cannot start this config exactly as

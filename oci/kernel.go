@@ -29,21 +29,6 @@ import (
 // KernelDir is where a kernel's driver directory is mounted, read-only.
 const KernelDir = "/tmp/.sandcell-kernel"
 
-// Kernel protocol bounds.
-const (
-	// maxKernelReply caps one reply line. The drivers cap a value's text
-	// at 1 MiB and a traceback at 64 KiB; a longer line is a protocol
-	// violation and ends the kernel.
-	maxKernelReply = 4 << 20
-	// maxKernelJunk is how many lines that are not the awaited reply a
-	// kernel may write in a row before it is killed (a cell writing to fd
-	// 4 itself).
-	maxKernelJunk = 1000
-	// markWait bounds the wait for a cell's marks once its reply came:
-	// the driver wrote them before the reply, so they are in the pipes.
-	markWait = 2 * time.Second
-)
-
 // KernelReady is the driver's first message: what it runs.
 type KernelReady struct {
 	Ready    bool   `json:"ready"`

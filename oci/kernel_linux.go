@@ -27,6 +27,21 @@ import (
 	"github.com/sandcell/sandcell/limits"
 )
 
+// Kernel protocol bounds.
+const (
+	// maxKernelReply caps one reply line. The drivers cap a value's text
+	// at 1 MiB and a traceback at 64 KiB; a longer line is a protocol
+	// violation and ends the kernel.
+	maxKernelReply = 4 << 20
+	// maxKernelJunk is how many lines that are not the awaited reply a
+	// kernel may write in a row before it is killed (a cell writing to fd
+	// 4 itself).
+	maxKernelJunk = 1000
+	// markWait bounds the wait for a cell's marks once its reply came:
+	// the driver wrote them before the reply, so they are in the pipes.
+	markWait = 2 * time.Second
+)
+
 // kernelIO is the protocol's pipes of a kernel being prepared: prepare
 // gives the child ends to the program as fds 3 (commands) and 4 (replies),
 // and leaves the program's output to the kernel's streams.
@@ -126,13 +141,11 @@ func (r *Libcontainer) StartKernel(ctx context.Context, req *Request, driver map
 	if err != nil {
 		return nil, err
 	}
-	kreq.kernel = kio
 	// A kernel starts through libcontainer even with the fork server on:
 	// it lives for many cells (its start is paid once), and it needs what
 	// only libcontainer's container offers (Signal, the freezer's Pause
 	// and Resume, State's cgroup paths).
-	kreq.direct = true
-	c, err := r.prepare(ctx, &kreq, nil)
+	c, err := r.prepare(ctx, &kreq, nil, prepareAs{direct: true, kernel: kio})
 	kio.started()
 	if err != nil {
 		kio.close()

@@ -230,12 +230,25 @@ func (r *Libcontainer) Prepare(ctx context.Context, req *Request) (Container, er
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	return r.prepareValid(ctx, req)
+	return r.prepareValid(ctx, req, prepareAs{})
+}
+
+// prepareAs is what a container is beyond its Request, for the backends'
+// own callers: the Request is the same for every backend and carries no
+// backend's internals.
+type prepareAs struct {
+	// direct: libcontainer starts the init even with the fork server on
+	// (Libcontainer.Direct, kernels).
+	direct bool
+	// kernel, if set, makes the container a kernel's (StartKernel): its
+	// protocol pipes become the program's fds 3 and 4, and its output is
+	// read per cell by the kernel, not captured for one result.
+	kernel *kernelIO
 }
 
 // prepareValid is Prepare of a request validated already (by a Pool).
-func (r *Libcontainer) prepareValid(ctx context.Context, req *Request) (Container, error) {
-	c, err := r.prepare(ctx, req, nil)
+func (r *Libcontainer) prepareValid(ctx context.Context, req *Request, as prepareAs) (Container, error) {
+	c, err := r.prepare(ctx, req, nil, as)
 	if err != nil {
 		return nil, err // not a nil *lcContainer in a non-nil Container
 	}
@@ -244,7 +257,7 @@ func (r *Libcontainer) prepareValid(ctx context.Context, req *Request) (Containe
 
 // prepare is Prepare of a validated request; pre, if set, makes a
 // container of a pool (see prestart).
-func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart) (_ *lcContainer, retErr error) {
+func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart, as prepareAs) (_ *lcContainer, retErr error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -257,7 +270,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	}
 	phase(id, "work")
 	run.enforced = Enforced(r.cfg.Cgroups != nil)
-	run.pooled = pre != nil || req.kernel != nil
+	run.pooled = pre != nil || as.kernel != nil
 	// run.settle stays nil: the program is init of its pid namespace,
 	// and the kernel reports init's death only after every other process
 	// of the namespace is gone (zap_pid_ns_processes). Once init is
@@ -283,7 +296,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 		}
 		defer fh.abort()
 		if fh == nil {
-			if err := fillWork(run.work, req, uid, gid); err != nil {
+			if err := FillWork(run.work, req, uid, gid); err != nil {
 				return nil, err
 			}
 		}
@@ -350,15 +363,15 @@ func (r *Libcontainer) prepare(ctx context.Context, req *Request, pre *prestart)
 	if run.stdinR != nil {
 		p.Stdin = run.stdinR
 	}
-	if req.kernel != nil {
-		p.ExtraFiles = req.kernel.childFiles()
+	if as.kernel != nil {
+		p.ExtraFiles = as.kernel.childFiles()
 	}
 	if pre != nil {
 		if err := pre.init(run.work, p, uid, gid); err != nil {
 			return nil, err
 		}
 	}
-	init, err := r.startInit(ctx, id, config, p, spec, req.direct, fill)
+	init, err := r.startInit(ctx, id, config, p, spec, as.direct, fill)
 	run.childStarted()
 	if pre != nil {
 		pre.started()

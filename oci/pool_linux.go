@@ -501,7 +501,7 @@ func bindRun(c poolMember, req *Request, files []api.File) error {
 type lcPool struct{ rt *Libcontainer }
 
 func (b lcPool) prepareFresh(ctx context.Context, req *Request) (poolMember, error) {
-	c, err := b.rt.prepare(ctx, req, nil)
+	c, err := b.rt.prepare(ctx, req, nil, prepareAs{})
 	if err != nil {
 		return nil, err
 	}
@@ -509,7 +509,7 @@ func (b lcPool) prepareFresh(ctx context.Context, req *Request) (poolMember, err
 }
 
 func (b lcPool) prepareAhead(ctx context.Context, e *poolEntry) (poolMember, error) {
-	c, err := b.rt.prepare(ctx, &e.tmpl, &prestart{kind: e.kind, script: e.script})
+	c, err := b.rt.prepare(ctx, &e.tmpl, &prestart{kind: e.kind, script: e.script}, prepareAs{})
 	if err != nil {
 		return nil, err
 	}
@@ -551,7 +551,7 @@ func (b lcPool) classify(cfg *PoolConfig, req *Request) (string, *poolEntry, boo
 		if !path.IsAbs(a0) || strings.Contains(a0, "=") || !executableIn(req.Root, a0) || !executableIn(req.Root, busybox) {
 			return "", nil, false
 		}
-		if _, ok := launcherEnv(append(slices.Clone(baseEnv), req.Env...)); !ok {
+		if _, ok := launcherEnv(Env(req)); !ok {
 			return "", nil, false
 		}
 		e.kind = kindLauncher

@@ -68,15 +68,6 @@ type Request struct {
 	Egress string
 	// Mounts are extra bind mounts in /tmp (dependency layers).
 	Mounts []Mount
-
-	// direct: libcontainer starts the init even with the fork server on
-	// (Libcontainer.Direct).
-	direct bool
-
-	// kernel, if set, makes the container a kernel's (StartKernel): its
-	// protocol pipes become the program's fds 3 and 4, and its output is
-	// read per cell by the kernel, not captured for one result.
-	kernel *kernelIO
 }
 
 // Workspace is a session's persistent files (implemented by

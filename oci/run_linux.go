@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -51,7 +50,7 @@ type run struct {
 
 	enforced map[string]string // the result's limits_enforced
 
-	stop    chan stopReason // the first reason to stop wins
+	stop    chan StopReason // the first reason to stop wins
 	started time.Time
 
 	exited chan struct{} // closed when the program's process was reaped
@@ -69,7 +68,7 @@ type run struct {
 // cgroup exists, before the program starts.
 func newRun(id, runDir string, req *Request, uid, gid uint32) (_ *run, retErr error) {
 	r := &run{id: id, limits: req.Limits, collect: req.Collect, workspace: req.Workspace, onOutput: req.OnOutput,
-		runDir: runDir, stdin: req.Stdin, stream: req.StdinStream, stop: make(chan stopReason, 1), exited: make(chan struct{})}
+		runDir: runDir, stdin: req.Stdin, stream: req.StdinStream, stop: make(chan StopReason, 1), exited: make(chan struct{})}
 	defer func() {
 		if retErr != nil {
 			r.cleanup()
@@ -134,7 +133,7 @@ func (r *run) childStarted() {
 
 // capture starts reading the program's output.
 func (r *run) capture() {
-	over := func() { r.requestStop(stopOutput) }
+	over := func() { r.requestStop(StopOutput) }
 	emit := func(stream string) func(string) {
 		if r.onOutput == nil {
 			return nil
@@ -164,7 +163,7 @@ func (r *run) begin() {
 	}
 }
 
-func (r *run) requestStop(s stopReason) {
+func (r *run) requestStop(s StopReason) {
 	select {
 	case r.stop <- s:
 	default:
@@ -197,7 +196,7 @@ func (r *run) watchCPU() {
 			return
 		case <-t.C:
 			if r.cpuUsed() >= r.limits.CPUTime {
-				r.requestStop(stopCPUTime)
+				r.requestStop(StopCPUTime)
 				return
 			}
 		}
@@ -206,23 +205,23 @@ func (r *run) watchCPU() {
 
 // await blocks until the program ends or a reason to stop it comes (wall
 // clock, output cap, cancellation); then kill is called and the program
-// reaped. It returns why sandcell stopped the run (stopNone if it did not).
-func (r *run) await(ctx context.Context, kill func()) (stopReason, error) {
+// reaped. It returns why sandcell stopped the run (StopNone if it did not).
+func (r *run) await(ctx context.Context, kill func()) (StopReason, error) {
 	timer := time.NewTimer(time.Until(r.started.Add(r.limits.Timeout)))
 	defer timer.Stop()
 	if r.cpuUsed != nil && r.limits.CPUTime > 0 {
 		go r.watchCPU()
 	}
-	stop := stopNone
+	stop := StopNone
 	select {
 	case <-r.exited:
 	case stop = <-r.stop:
 	case <-timer.C:
-		stop = stopTimeout
+		stop = StopTimeout
 	case <-ctx.Done():
-		stop = stopCancelled
+		stop = StopCancelled
 	}
-	if stop != stopNone {
+	if stop != StopNone {
 		kill()
 		select {
 		case <-r.exited:
@@ -230,8 +229,8 @@ func (r *run) await(ctx context.Context, kill func()) (stopReason, error) {
 			return stop, fmt.Errorf("%w: container %s did not die after SIGKILL", ErrRuntime, r.id)
 		}
 		// The program may have exited on its own in the same instant.
-		if stop == stopTimeout && r.ended.Sub(r.started) < r.limits.Timeout {
-			stop = stopNone
+		if stop == StopTimeout && r.ended.Sub(r.started) < r.limits.Timeout {
+			stop = StopNone
 		}
 	}
 	return stop, nil
@@ -269,12 +268,12 @@ const notSaved = "(the session keeps its files from before this run)"
 // result waits for the streams to close, decides the verdict, and reads
 // /work back: Collect's files, then the workspace's Save. Preconditions: the
 // program's process was reaped.
-func (r *run) result(stop stopReason, usage limits.Usage) api.Phase {
+func (r *run) result(stop StopReason, usage limits.Usage) api.Phase {
 	_, outTrunc := r.stdout.wait()
 	_, errTrunc := r.stderr.wait()
 	// Output past the cap that raced with the exit still counts.
-	if stop == stopNone && (outTrunc || errTrunc) {
-		stop = stopOutput
+	if stop == StopNone && (outTrunc || errTrunc) {
+		stop = StopOutput
 	}
 	status, msg := verdict(r.exit, stop, usage, r.limits)
 	// /work is read only when nothing of the run can change it any more.
@@ -288,7 +287,7 @@ func (r *run) result(stop stopReason, usage limits.Usage) api.Phase {
 		}
 	}
 	if r.collect != nil && status == api.StatusOK {
-		files, err := collect(r.work, r.limits.TmpfsBytes)
+		files, err := Collect(r.work, r.limits.TmpfsBytes)
 		if err != nil {
 			status, msg = api.StatusError, "collecting the compiled files from /work: "+err.Error()
 		} else {
@@ -385,76 +384,6 @@ func mountWork(runDir string, req *Request, uid, gid uint32) (string, error) {
 		return "", fmt.Errorf("%w: mount /work tmpfs: %w", ErrRuntime, err)
 	}
 	return work, nil
-}
-
-// fillWork fills the run's /work from the request's workspace and writes
-// the request's files into it.
-func fillWork(work string, req *Request, uid, gid uint32) error {
-	if req.Workspace != nil {
-		if err := req.Workspace.Fill(work); err != nil {
-			return fmt.Errorf("%w: filling /work from the session: %w", ErrRuntime, err)
-		}
-	}
-	if len(req.Files) == 0 {
-		return nil
-	}
-	// os.Root refuses paths that leave the directory, symlinks included;
-	// nothing else can write here now (no program of this run has started;
-	// what an earlier run of the session left is filled in, inert).
-	root, err := os.OpenRoot(work)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrRuntime, err)
-	}
-	defer root.Close()
-	for _, f := range req.Files {
-		if err := writeFile(root, f, int(uid), int(gid)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func writeFile(root *os.Root, f api.File, uid, gid int) error {
-	if dir := filepath.Dir(f.Path); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("%w: create directory for %q: %w", ErrInvalidRequest, f.Path, err)
-		}
-		// Directories created here belong to the sandbox user too.
-		for d := dir; d != "."; d = filepath.Dir(d) {
-			if err := root.Lchown(d, uid, gid); err != nil {
-				return fmt.Errorf("%w: %w", ErrRuntime, err)
-			}
-		}
-	}
-	// A File replaces what a workspace filled in at its path. The entry
-	// is removed, never opened: an earlier run of the session may have
-	// planted a symlink there, and a write through it would land wherever
-	// it points (CVE-2024-28185: Judge0 followed a symlink its sandbox
-	// planted). os.Root's Remove does not follow a final symlink, and
-	// O_EXCL creates a new file or fails, never opening a link.
-	if err := root.Remove(f.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("%w: file %q: /work has a non-empty directory there", ErrInvalidRequest, f.Path)
-		}
-		return fmt.Errorf("%w: replace %q: %w", ErrRuntime, f.Path, err)
-	}
-	mode := f.Mode.Perm()
-	if mode == 0 {
-		mode = 0o644
-	}
-	fh, err := root.OpenFile(f.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return fmt.Errorf("%w: write %q: %w", ErrInvalidRequest, f.Path, err)
-	}
-	_, werr := fh.Write(f.Data)
-	cerr := fh.Chown(uid, gid)
-	if err := errors.Join(werr, cerr, fh.Close()); err != nil {
-		if errors.Is(err, unix.ENOSPC) {
-			return fmt.Errorf("%w: %q does not fit in /work: %w", ErrInvalidRequest, f.Path, err)
-		}
-		return fmt.Errorf("%w: write %q: %w", ErrRuntime, f.Path, err)
-	}
-	return nil
 }
 
 // base is the run itself (see poolMember).

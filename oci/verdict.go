@@ -11,29 +11,18 @@ import (
 	"github.com/sandcell/sandcell/limits"
 )
 
-// stopReason is why sandcell itself ended a run, if it did.
-type stopReason int
+// StopReason is why sandcell itself ended a run, if it did. Every backend
+// (runc, gVisor, and the wasm runtime outside package oci) says it with
+// these values, so that the verdict decides a status with the same rules
+// and words whatever ran the program.
+type StopReason int
 
 const (
-	stopNone stopReason = iota
-	stopTimeout
-	stopOutput
-	stopCancelled
-	stopCPUTime // the CPU-time watchdog (see run.cpuUsed)
-)
-
-// StopReason and its values say, for a backend outside this package (the
-// wasm runtime), why sandcell ended a run: Verdict then decides its status
-// with the same rules and words as for runc and gVisor.
-type StopReason = stopReason
-
-// The reasons to stop a run (see StopReason).
-const (
-	StopNone      = stopNone
-	StopTimeout   = stopTimeout
-	StopOutput    = stopOutput
-	StopCancelled = stopCancelled
-	StopCPUTime   = stopCPUTime
+	StopNone StopReason = iota
+	StopTimeout
+	StopOutput
+	StopCancelled
+	StopCPUTime // the CPU-time watchdog (see run.cpuUsed)
 )
 
 // Verdict is verdict for a backend whose program has no signals (the
@@ -53,15 +42,15 @@ type exitInfo struct {
 // then the cgroup's OOM counter, never the exit code, because a memory hog
 // under `sh` can be OOM-killed while `sh` itself exits 0; then the CPU-time
 // rlimit (SIGXCPU at the soft limit, SIGKILL at the hard one); then the exit.
-func verdict(e exitInfo, stop stopReason, u limits.Usage, l limits.Set) (api.Status, string) {
+func verdict(e exitInfo, stop StopReason, u limits.Usage, l limits.Set) (api.Status, string) {
 	switch stop {
-	case stopCancelled:
+	case StopCancelled:
 		return api.StatusCancelled, "the run was cancelled by the caller"
-	case stopOutput:
+	case StopOutput:
 		return api.StatusOutputLimit, fmt.Sprintf("output passed the %s per-stream limit; the run was killed", limits.FormatSize(l.OutputBytes))
-	case stopTimeout:
+	case StopTimeout:
 		return api.StatusTimeout, fmt.Sprintf("wall-clock limit of %s reached; the run was killed", l.Timeout)
-	case stopCPUTime:
+	case StopCPUTime:
 		return api.StatusTimeout, fmt.Sprintf("CPU-time limit of %s reached; the run was killed", l.CPUTime.Round(time.Millisecond))
 	}
 	if u.OOMKills > 0 {

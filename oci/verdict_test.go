@@ -15,22 +15,22 @@ func TestVerdict(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		e    exitInfo
-		stop stopReason
+		stop StopReason
 		u    limits.Usage
 		want api.Status
 	}{
-		{"clean exit", exitInfo{code: 0}, stopNone, limits.Usage{}, api.StatusOK},
-		{"non-zero exit", exitInfo{code: 3}, stopNone, limits.Usage{}, api.StatusError},
-		{"own signal", exitInfo{code: 139, signal: syscall.SIGSEGV}, stopNone, limits.Usage{}, api.StatusError},
-		{"oom under a shell that exits 0", exitInfo{code: 0}, stopNone, limits.Usage{OOMKills: 1}, api.StatusMemoryLimit},
-		{"oom of init", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{OOMKills: 1}, api.StatusMemoryLimit},
-		{"wall clock", exitInfo{code: 137, signal: syscall.SIGKILL}, stopTimeout, limits.Usage{}, api.StatusTimeout},
-		{"cpu watchdog (gVisor)", exitInfo{code: 137, signal: syscall.SIGKILL}, stopCPUTime, limits.Usage{}, api.StatusTimeout},
-		{"cpu soft limit", exitInfo{code: 152, signal: syscall.SIGXCPU}, stopNone, limits.Usage{}, api.StatusTimeout},
-		{"cpu hard limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: l.CPUTime + time.Millisecond}, api.StatusTimeout},
-		{"sigkill below cpu limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: time.Millisecond}, api.StatusError},
-		{"output cap beats oom", exitInfo{signal: syscall.SIGKILL}, stopOutput, limits.Usage{OOMKills: 1}, api.StatusOutputLimit},
-		{"cancel beats everything", exitInfo{signal: syscall.SIGKILL}, stopCancelled, limits.Usage{OOMKills: 1}, api.StatusCancelled},
+		{"clean exit", exitInfo{code: 0}, StopNone, limits.Usage{}, api.StatusOK},
+		{"non-zero exit", exitInfo{code: 3}, StopNone, limits.Usage{}, api.StatusError},
+		{"own signal", exitInfo{code: 139, signal: syscall.SIGSEGV}, StopNone, limits.Usage{}, api.StatusError},
+		{"oom under a shell that exits 0", exitInfo{code: 0}, StopNone, limits.Usage{OOMKills: 1}, api.StatusMemoryLimit},
+		{"oom of init", exitInfo{code: 137, signal: syscall.SIGKILL}, StopNone, limits.Usage{OOMKills: 1}, api.StatusMemoryLimit},
+		{"wall clock", exitInfo{code: 137, signal: syscall.SIGKILL}, StopTimeout, limits.Usage{}, api.StatusTimeout},
+		{"cpu watchdog (gVisor)", exitInfo{code: 137, signal: syscall.SIGKILL}, StopCPUTime, limits.Usage{}, api.StatusTimeout},
+		{"cpu soft limit", exitInfo{code: 152, signal: syscall.SIGXCPU}, StopNone, limits.Usage{}, api.StatusTimeout},
+		{"cpu hard limit", exitInfo{code: 137, signal: syscall.SIGKILL}, StopNone, limits.Usage{CPUTime: l.CPUTime + time.Millisecond}, api.StatusTimeout},
+		{"sigkill below cpu limit", exitInfo{code: 137, signal: syscall.SIGKILL}, StopNone, limits.Usage{CPUTime: time.Millisecond}, api.StatusError},
+		{"output cap beats oom", exitInfo{signal: syscall.SIGKILL}, StopOutput, limits.Usage{OOMKills: 1}, api.StatusOutputLimit},
+		{"cancel beats everything", exitInfo{signal: syscall.SIGKILL}, StopCancelled, limits.Usage{OOMKills: 1}, api.StatusCancelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, msg := verdict(tc.e, tc.stop, tc.u, l)
