@@ -17,7 +17,7 @@ import (
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/internal/sysmon"
 	"github.com/sandcell/sandcell/limits"
-	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 	"github.com/sandcell/sandcell/rootfs"
 	"github.com/sandcell/sandcell/seccomp"
 	"github.com/sandcell/sandcell/wasm"
@@ -77,7 +77,7 @@ type Options struct {
 	PoolIdle time.Duration
 	PoolBusy func() bool
 	// ForkServer starts runc sandboxes through oci's fork server
-	// (oci.LibcontainerConfig.ForkServer).
+	// (backend.LibcontainerConfig.ForkServer).
 	ForkServer bool
 	// Deps configures package installs (deps.go).
 	Deps DepsOptions
@@ -142,16 +142,16 @@ type Executor struct {
 	store  *rootfs.Store
 	parent *limits.Parent
 	filter *specs.LinuxSeccomp
-	rt     *oci.Libcontainer
-	pool   *oci.Pool // nil: no warm pool
+	rt     *backend.Libcontainer
+	pool   *backend.Pool // nil: no warm pool
 	tier   limits.Tier
 	// The gVisor backend is made on first use (probing runsc costs tens
 	// of milliseconds that runc runs should not pay).
 	gvOnce sync.Once
-	gv     *oci.Runsc // nil when runsc is not usable; gvErr says why
+	gv     *backend.Runsc // nil when runsc is not usable; gvErr says why
 	gvErr  error
-	gvPool *oci.Pool   // gVisor sandboxes created ahead; nil: no warm pool
-	gvMade atomic.Bool // gvOnce has run: gv, gvErr and gvPool are set
+	gvPool *backend.Pool // gVisor sandboxes created ahead; nil: no warm pool
+	gvMade atomic.Bool   // gvOnce has run: gv, gvErr and gvPool are set
 	// The wasm backend, made on first use (wasm.go); rt is nil on a host
 	// without a kernel sandbox, where it is the only one.
 	wasmOnce sync.Once
@@ -216,7 +216,7 @@ func Open(opts Options) (*Executor, error) {
 	if opts.Rootless {
 		uidBase = 0 // the namespace has one id: the user's
 	}
-	e.rt, err = oci.NewLibcontainer(oci.LibcontainerConfig{
+	e.rt, err = backend.NewLibcontainer(backend.LibcontainerConfig{
 		StateDir:   opts.StateDir,
 		UIDBase:    uidBase,
 		Seccomp:    filter,
@@ -284,7 +284,7 @@ func (e *Executor) SandboxIDs() (uid, gid uint32) {
 
 // Runtime is the libcontainer backend itself, without the warm pool (the
 // benchmark harness writes bundles with its Host).
-func (e *Executor) Runtime() *oci.Libcontainer { return e.rt }
+func (e *Executor) Runtime() *backend.Libcontainer { return e.rt }
 
 // Root is the language's root filesystem as Execute gets it: its layers
 // built first if they are missing and Options.AutoBuild is set (the
@@ -300,12 +300,12 @@ func (e *Executor) Seccomp() *specs.LinuxSeccomp { return e.filter }
 func (e *Executor) Parent() *limits.Parent { return e.parent }
 
 // Pool is the warm pool (nil when off).
-func (e *Executor) Pool() *oci.Pool { return e.pool }
+func (e *Executor) Pool() *backend.Pool { return e.pool }
 
 // gvisorPool is the warm pool of gVisor sandboxes: nil when pools are off
 // or the gVisor backend was not made yet (it is made on first use; this
 // does not make it).
-func (e *Executor) gvisorPool() *oci.Pool {
+func (e *Executor) gvisorPool() *backend.Pool {
 	if !e.gvMade.Load() {
 		return nil
 	}
@@ -314,10 +314,10 @@ func (e *Executor) gvisorPool() *oci.Pool {
 
 // PoolStats sums the warm pools' counters and idle containers (runc's and
 // gVisor's), for the server's metrics.
-func (e *Executor) PoolStats() (oci.PoolStats, int) {
-	var sum oci.PoolStats
+func (e *Executor) PoolStats() (backend.PoolStats, int) {
+	var sum backend.PoolStats
 	idle := 0
-	for _, p := range []*oci.Pool{e.pool, e.gvisorPool()} {
+	for _, p := range []*backend.Pool{e.pool, e.gvisorPool()} {
 		if p == nil {
 			continue
 		}

@@ -10,10 +10,11 @@ import (
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
-// Kernels: a session's live interpreter (oci.Kernel), started from the
+// Kernels: a session's live interpreter (backend.Kernel), started from the
 // language's catalogue entry (rootfs.Kernel). This file decides a
 // kernel's sandbox the way Execute decides a run's: the language once,
 // the limits here, the root and the session's dependency layer as for a
@@ -55,7 +56,7 @@ type KernelRequest struct {
 
 // StartedKernel is a kernel and what it was started with.
 type StartedKernel struct {
-	*oci.Kernel
+	*backend.Kernel
 	Language rootfs.Language
 	Limits   limits.Set
 	Notes    []string
@@ -74,7 +75,7 @@ func KernelLanguage(name string) (rootfs.Language, error) {
 	return lang, nil
 }
 
-// StartKernel starts a kernel (see oci.Libcontainer.StartKernel). An error
+// StartKernel starts a kernel (see backend.Libcontainer.StartKernel). An error
 // is a refusal (api.ErrInvalid, api.ErrBusy) or sandcell's failure to
 // start it.
 func (e *Executor) StartKernel(ctx context.Context, req KernelRequest) (*StartedKernel, error) {

@@ -4,12 +4,13 @@ import (
 	"fmt"
 
 	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 	"github.com/sandcell/sandcell/rootfs"
 	"github.com/sandcell/sandcell/seccomp"
 )
 
 // poolInterpreters are the languages whose interpreter a warm pool may
-// start ahead of the program (oci.PoolConfig.Scripts). Only python: its
+// start ahead of the program (backend.PoolConfig.Scripts). Only python: its
 // start-up reads nothing of /work but its script (checked by
 // oci.TestPoolIdentity). node reads /work/package.json before its main
 // script, which a pre-started node would have read before the request's
@@ -28,27 +29,27 @@ func (e *Executor) openPool() {
 			scripts = append(scripts, l.Run)
 		}
 	}
-	e.pool = oci.NewPool(e.rt, e.poolConfig(scripts))
+	e.pool = backend.NewPool(e.rt, e.poolConfig(scripts))
 }
 
 // poolConfig is the warm pools' configuration.
-func (e *Executor) poolConfig(scripts [][]string) oci.PoolConfig {
-	return oci.PoolConfig{Size: e.opts.PoolSize, Idle: e.opts.PoolIdle, Scripts: scripts, Busy: e.opts.PoolBusy, Logger: e.log}
+func (e *Executor) poolConfig(scripts [][]string) backend.PoolConfig {
+	return backend.PoolConfig{Size: e.opts.PoolSize, Idle: e.opts.PoolIdle, Scripts: scripts, Busy: e.opts.PoolBusy, Logger: e.log}
 }
 
 // gvisor returns the gVisor backend, making it on first use.
-func (e *Executor) gvisor() (*oci.Runsc, error) {
+func (e *Executor) gvisor() (*backend.Runsc, error) {
 	e.gvOnce.Do(func() {
 		gf, err := seccomp.GVisorProfile()
 		if err != nil {
 			e.gvErr = err
 			return
 		}
-		e.gv, e.gvErr = oci.NewRunsc(e.rt, oci.RunscConfig{Path: e.opts.Runsc, Platform: e.opts.RunscPlatform, AllowKVM: e.opts.RunscAllowKVM, Seccomp: gf})
+		e.gv, e.gvErr = backend.NewRunsc(e.rt, backend.RunscConfig{Path: e.opts.Runsc, Platform: e.opts.RunscPlatform, AllowKVM: e.opts.RunscAllowKVM, Seccomp: gf})
 		if e.gvErr == nil && e.opts.PoolSize > 0 {
 			// gVisor's boot (runsc create, ~0.1 s) happens ahead, off
-			// the request's path; see oci.NewGVisorPool.
-			e.gvPool = oci.NewGVisorPool(e.gv, e.poolConfig(nil))
+			// the request's path; see backend.NewGVisorPool.
+			e.gvPool = backend.NewGVisorPool(e.gv, e.poolConfig(nil))
 		}
 		e.gvMade.Store(true)
 	})
@@ -57,7 +58,7 @@ func (e *Executor) gvisor() (*oci.Runsc, error) {
 
 // Gvisor is the gVisor backend, made on first use (the benchmark harness
 // and doctor ask for it).
-func (e *Executor) Gvisor() (*oci.Runsc, error) {
+func (e *Executor) Gvisor() (*backend.Runsc, error) {
 	if e.opts.NoKernelSandbox != "" {
 		return nil, e.noKernel("gvisor")
 	}

@@ -25,7 +25,7 @@ import (
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/limits"
-	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -139,7 +139,7 @@ func Default() Config {
 		MaxRuns:              runtime.NumCPU(),
 		MaxQueue:             4 * runtime.NumCPU(),
 		PoolSize:             -1,
-		PoolIdle:             oci.DefaultPoolIdle,
+		PoolIdle:             backend.DefaultPoolIdle,
 		ForkServer:           true,
 		LogLevel:             "warn",
 	}
