@@ -68,8 +68,50 @@ func (d direct) Prepare(ctx context.Context, req *oci.Request) (oci.Container, e
 }
 
 // errForkUnsupported: the fork server cannot start this config exactly as
-// libcontainer would; libcontainer starts it.
+// libcontainer would; libcontainer starts it. Every such error is a
+// forkFallback, which names the reason.
 var errForkUnsupported = errors.New("config not supported by the fork server")
+
+// fallbackReason names why the fork server declines a config. startInit
+// logs it (debug) when libcontainer takes the run over.
+type fallbackReason string
+
+const (
+	fallbackConfig    fallbackReason = "config"      // no rootfs, labels, sysctls, hooks, rootless EUID...
+	fallbackSeccomp   fallbackReason = "seccomp"     // no filter, a notify action, or a filter not compiled
+	fallbackProcess   fallbackReason = "process"     // process options, capabilities, extra files, stdio
+	fallbackNamespace fallbackReason = "namespaces"  // a namespace joined or unknown; no user, mount or pid one
+	fallbackNetwork   fallbackReason = "network"     // an interface but loopback, routes
+	fallbackMount     fallbackReason = "mounts"      // a mount type or option, too many bind sources
+	fallbackDevice    fallbackReason = "devices"     // a device node but a character device
+	fallbackEnv       fallbackReason = "environment" // one runc's prepareEnv would rewrite
+	fallbackResources fallbackReason = "resources"   // limits the run's cgroup cannot take as runc sets them
+	fallbackEncoding  fallbackReason = "encoding"    // a plan or request past the zygote's bounds
+)
+
+// forkFallback is an errForkUnsupported with its reason.
+type forkFallback struct {
+	reason fallbackReason
+	err    error
+}
+
+func (f *forkFallback) Error() string { return f.err.Error() }
+func (f *forkFallback) Unwrap() error { return f.err }
+
+// fallbackOf is the reason of err, a forkFallback ("" if it is none).
+func fallbackOf(err error) fallbackReason {
+	var fb *forkFallback
+	if errors.As(err, &fb) {
+		return fb.reason
+	}
+	return ""
+}
+
+// fallback is the forkFallback of reason r: errForkUnsupported, then what
+// (a format for args; %w wraps an error).
+func fallback(r fallbackReason, what string, args ...any) error {
+	return &forkFallback{reason: r, err: fmt.Errorf("%w: "+what, append([]any{errForkUnsupported}, args...)...)}
+}
 
 // seccompBPFArg makes this binary capture a seccomp program (see
 // captureSeccomp); oci.Init dispatches it.
@@ -339,21 +381,9 @@ func seccompCaptureMain() {
 // once that cgroup has its limits, before the child is cloned (a fill
 // helper charged to the run's memory: a session's files, large ones).
 func (f *forkServer) start(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec, parent *limits.Parent, fill func() error) (_ initProc, retErr error) {
-	plan, req, err := compilePlan(config, p, id)
+	plan, req, err := f.compile(config, p, id, spec, parent)
 	if err != nil {
 		return nil, err
-	}
-	if config.Seccomp != nil {
-		flags, prog, err := f.seccompProgram(config.Seccomp)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errForkUnsupported, err)
-		}
-		plan.SeccompFlags, plan.SeccompProgram = flags, prog
-	}
-	if parent != nil {
-		if err := limits.CheckRunResources(spec.Linux.Resources); err != nil {
-			return nil, fmt.Errorf("%w: %w", errForkUnsupported, err)
-		}
 	}
 	stdio, closeStdio, err := stdioFiles(p)
 	if err != nil {
@@ -372,7 +402,7 @@ func (f *forkServer) start(ctx context.Context, id string, config *configs.Confi
 	req.Sources = len(sources)
 	planBytes, err := plan.Encode()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errForkUnsupported, err)
+		return nil, fallback(fallbackEncoding, "%w", err)
 	}
 
 	// From here on the run is the fork server's: failures are errors.
@@ -400,21 +430,11 @@ func (f *forkServer) start(ctx context.Context, id string, config *configs.Confi
 			}
 		}()
 	}
-	var tasks []*os.File
-	var cgdir *os.File
-	if cg != nil {
-		if tasks, cgdir, err = cg.JoinFiles(); err != nil {
-			return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
-		}
-		defer func() {
-			for _, t := range tasks {
-				t.Close()
-			}
-			if cgdir != nil {
-				cgdir.Close()
-			}
-		}()
+	tasks, cgdir, closeCgroup, err := cgroupFiles(cg)
+	if err != nil {
+		return nil, err
 	}
+	defer closeCgroup()
 	req.Tasks = len(tasks)
 	req.Cgroup2 = cgdir != nil
 
@@ -423,17 +443,11 @@ func (f *forkServer) start(ctx context.Context, id string, config *configs.Confi
 		return nil, err
 	}
 	defer planFile.Close()
-	syncFDs, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	sync, childSync, err := syncPair()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+		return nil, err
 	}
-	childSync := os.NewFile(uintptr(syncFDs[1]), "sync")
 	defer childSync.Close()
-	if err := unix.SetNonblock(syncFDs[0], true); err != nil {
-		unix.Close(syncFDs[0])
-		return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
-	}
-	sync := os.NewFile(uintptr(syncFDs[0]), "sync") // pollable: deadlines work
 	defer func() {
 		if retErr != nil {
 			sync.Close()
@@ -449,7 +463,7 @@ func (f *forkServer) start(ctx context.Context, id string, config *configs.Confi
 	}
 	msg, err := req.Encode()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errForkUnsupported, err)
+		return nil, fallback(fallbackEncoding, "%w", err)
 	}
 	rep, pidfd, err := f.request(msg, files)
 	if err != nil {
@@ -457,25 +471,95 @@ func (f *forkServer) start(ctx context.Context, id string, config *configs.Confi
 	}
 	phase(id, "cloned")
 	init := &forkInit{pidfd: pidfd, childPid: rep.Pid, cg: cg, sync: sync}
+	if err := init.setUp(ctx, id, rep, childSync, rlimitsOf(config, p)); err != nil {
+		return nil, err
+	}
+	return init, nil
+}
+
+// compile is compilePlan with the server's seccomp program, checked
+// against what the run's cgroup can take: a forkFallback if the fork
+// server cannot start the config; nothing is done yet.
+func (f *forkServer) compile(config *configs.Config, p *libcontainer.Process, id string, spec *specs.Spec, parent *limits.Parent) (*zygote.Plan, *zygote.Request, error) {
+	plan, req, err := compilePlan(config, p, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if config.Seccomp != nil {
+		flags, prog, err := f.seccompProgram(config.Seccomp)
+		if err != nil {
+			return nil, nil, fallback(fallbackSeccomp, "%w", err)
+		}
+		plan.SeccompFlags, plan.SeccompProgram = flags, prog
+	}
+	if parent != nil {
+		if err := limits.CheckRunResources(spec.Linux.Resources); err != nil {
+			return nil, nil, fallback(fallbackResources, "%w", err)
+		}
+	}
+	return plan, req, nil
+}
+
+// cgroupFiles opens the run's cgroup cg (nil: none) for the child to join
+// it: its tasks files, and on cgroup v2 its directory. closeAll closes
+// them.
+func cgroupFiles(cg *limits.Run) (tasks []*os.File, cgdir *os.File, closeAll func(), err error) {
+	closeAll = func() {
+		for _, t := range tasks {
+			t.Close()
+		}
+		if cgdir != nil {
+			cgdir.Close()
+		}
+	}
+	if cg == nil {
+		return nil, nil, closeAll, nil
+	}
+	if tasks, cgdir, err = cg.JoinFiles(); err != nil {
+		return nil, nil, func() {}, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+	}
+	return tasks, cgdir, closeAll, nil
+}
+
+// syncPair is the child's sync socket: ours non-blocking (pollable:
+// deadlines work), the child's to pass in the request.
+func syncPair() (ours, child *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+	}
+	child = os.NewFile(uintptr(fds[1]), "sync")
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		child.Close()
+		return nil, nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+	}
+	return os.NewFile(uintptr(fds[0]), "sync"), child, nil
+}
+
+// setUp takes the zygote's reply rep for the run id: on success it waits
+// for the child's "ready" (childSync is then closed: the child holds its
+// own copy) and sets its rlimits; on any failure the child is reaped.
+func (i *forkInit) setUp(ctx context.Context, id string, rep zygote.Reply, childSync *os.File, rlimits []configs.Rlimit) error {
 	if rep.Status != 0 {
-		init.reapNow()
-		return nil, fmt.Errorf("%w: fork server: %s", oci.ErrRuntime, rep.Msg)
+		i.reapNow()
+		return fmt.Errorf("%w: fork server: %s", oci.ErrRuntime, rep.Msg)
 	}
 	childSync.Close() // the child holds its own copy
-	if err := init.awaitReady(ctx); err != nil {
-		init.reapNow()
-		return nil, err
+	if err := i.awaitReady(ctx); err != nil {
+		i.reapNow()
+		return err
 	}
 	phase(id, "set up")
 	// As libcontainer's parent at procReady: from outside, because a user
 	// namespace cannot raise a limit.
-	for _, l := range rlimitsOf(config, p) {
-		if err := unix.Prlimit(rep.Pid, l.Type, &unix.Rlimit{Cur: l.Soft, Max: l.Hard}, nil); err != nil {
-			init.reapNow()
-			return nil, fmt.Errorf("%w: error setting rlimits for ready process: %w", oci.ErrRuntime, err)
+	for _, l := range rlimits {
+		if err := unix.Prlimit(i.childPid, l.Type, &unix.Rlimit{Cur: l.Soft, Max: l.Hard}, nil); err != nil {
+			i.reapNow()
+			return fmt.Errorf("%w: error setting rlimits for ready process: %w", oci.ErrRuntime, err)
 		}
 	}
-	return init, nil
+	return nil
 }
 
 // request sends one request to the zygote and reads its answer; a zygote
@@ -606,12 +690,12 @@ func stdioFiles(p *libcontainer.Process) (files []*os.File, closeAll func(), err
 		switch v := s.(type) {
 		case *os.File:
 			if v == nil {
-				return nil, closeAll, fmt.Errorf("%w: nil stdio file", errForkUnsupported)
+				return nil, closeAll, fallback(fallbackProcess, "nil stdio file")
 			}
 			files[i] = v
 		case nil:
 			if i != 0 {
-				return nil, closeAll, fmt.Errorf("%w: no stdout or stderr", errForkUnsupported)
+				return nil, closeAll, fallback(fallbackProcess, "no stdout or stderr")
 			}
 			// unix.Open, not os.Open: the poller's attempt to take a
 			// character device costs four fcntl calls and a failed
@@ -623,7 +707,7 @@ func stdioFiles(p *libcontainer.Process) (files []*os.File, closeAll func(), err
 			opened = os.NewFile(uintptr(fd), os.DevNull)
 			files[i] = opened
 		default:
-			return nil, closeAll, fmt.Errorf("%w: stdio is not a file", errForkUnsupported)
+			return nil, closeAll, fallback(fallbackProcess, "stdio is not a file")
 		}
 	}
 	return files, closeAll, nil
@@ -803,54 +887,87 @@ func (i *forkInit) destroy() error {
 }
 
 // compilePlan turns the config and Process libcontainer would start into
-// the zygote's request and the child's plan, or says (errForkUnsupported)
-// why the fork server cannot start it identically.
+// the zygote's request and the child's plan, or says (a forkFallback, an
+// errForkUnsupported) why the fork server cannot start it identically.
+// Nothing is done yet, so libcontainer can take any refused config over.
 func compilePlan(c *configs.Config, p *libcontainer.Process, id string) (*zygote.Plan, *zygote.Request, error) {
-	unsupported := func(what string, args ...any) error {
-		return fmt.Errorf("%w: "+what, append([]any{errForkUnsupported}, args...)...)
+	if err := forkableConfig(c); err != nil {
+		return nil, nil, err
 	}
+	if err := forkableProcess(p); err != nil {
+		return nil, nil, err
+	}
+	req := &zygote.Request{Extra: len(p.ExtraFiles), OOMScoreAdj: c.OomScoreAdj}
+	plan := basePlan(c, p, id)
+	for _, step := range []func() error{
+		func() error { return planNamespaces(c, plan, req) },
+		func() error { return planNetwork(c, plan) },
+		func() error { return planMounts(c, plan) },
+		func() error { return planDevices(c, plan) },
+		func() error { return planEnv(p, plan) },
+	} {
+		if err := step(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return plan, req, nil
+}
+
+// forkableConfig refuses the container settings the plan cannot express.
+func forkableConfig(c *configs.Config) error {
 	switch {
 	case c.Rootfs == "":
-		return nil, nil, unsupported("no rootfs")
+		return fallback(fallbackConfig, "no rootfs")
 	case c.NoPivotRoot, c.MountLabel != "", c.ProcessLabel != "", c.AppArmorProfile != "":
-		return nil, nil, unsupported("pivot, labels or AppArmor")
+		return fallback(fallbackConfig, "pivot, labels or AppArmor")
 	case len(c.Sysctl) > 0, len(c.Hooks) > 0, c.Personality != nil, c.IntelRdt != nil,
 		c.Scheduler != nil, c.IOPriority != nil, c.MemoryPolicy != nil, len(c.TimeOffsets) > 0, c.ExecCPUAffinity != nil:
-		return nil, nil, unsupported("sysctls, hooks, personality, scheduling or time offsets")
+		return fallback(fallbackConfig, "sysctls, hooks, personality, scheduling or time offsets")
 	case c.RootlessEUID:
-		return nil, nil, unsupported("rootless EUID config")
+		return fallback(fallbackConfig, "rootless EUID config")
 	case len(c.Routes) > 0:
-		return nil, nil, unsupported("routes")
+		return fallback(fallbackNetwork, "routes")
 	}
 	if c.Seccomp == nil {
-		return nil, nil, unsupported("no seccomp filter")
+		return fallback(fallbackSeccomp, "no seccomp filter")
 	}
 	if c.Seccomp.ListenerPath != "" {
-		return nil, nil, unsupported("seccomp notify")
+		return fallback(fallbackSeccomp, "seccomp notify")
 	}
 	for _, s := range c.Seccomp.Syscalls {
 		if s.Action == configs.Notify {
-			return nil, nil, unsupported("seccomp notify")
+			return fallback(fallbackSeccomp, "seccomp notify")
 		}
 	}
+	return nil
+}
+
+// forkableProcess refuses the process settings the plan cannot express.
+func forkableProcess(p *libcontainer.Process) error {
 	if p.ConsoleSocket != nil || p.PidfdSocket != nil || p.Capabilities == nil || len(p.AdditionalGroups) > 0 ||
 		p.AppArmorProfile != "" || p.Label != "" || p.Scheduler != nil || p.IOPriority != nil || p.CPUAffinity != nil ||
 		len(p.SubCgroupPaths) > 0 || !p.Init {
-		return nil, nil, unsupported("process options")
+		return fallback(fallbackProcess, "process options")
 	}
 	if caps := p.Capabilities; len(caps.Bounding) > 0 || len(caps.Effective) > 0 || len(caps.Inheritable) > 0 ||
 		len(caps.Permitted) > 0 || len(caps.Ambient) > 0 {
-		return nil, nil, unsupported("capabilities")
+		return fallback(fallbackProcess, "capabilities")
 	}
 	if len(p.ExtraFiles) > zygote.MaxExtra {
-		return nil, nil, unsupported("%d extra files", len(p.ExtraFiles))
+		return fallback(fallbackProcess, "%d extra files", len(p.ExtraFiles))
 	}
+	return nil
+}
+
+// basePlan is the plan's part that every forkable config has: root,
+// names, masked paths, the process, and the defaults runc's init applies
+// when the config leaves them unset (umask 022; a session keyring named
+// after the container unless NoNewKeyring).
+func basePlan(c *configs.Config, p *libcontainer.Process, id string) *zygote.Plan {
 	nnp := c.NoNewPrivileges
 	if p.NoNewPrivileges != nil {
 		nnp = *p.NoNewPrivileges
 	}
-
-	req := &zygote.Request{Extra: len(p.ExtraFiles), OOMScoreAdj: c.OomScoreAdj}
 	plan := &zygote.Plan{
 		Rootfs:          c.Rootfs,
 		RootPropagation: uint32(c.RootPropagation),
@@ -870,24 +987,38 @@ func compilePlan(c *configs.Config, p *libcontainer.Process, id string) (*zygote
 	if c.Umask != nil {
 		plan.Umask = *c.Umask
 	}
+	if !c.NoNewKeyring {
+		plan.Keyring = "_ses." + id
+		plan.KeyringPerm = 0x8 // with a user namespace: "other" may search it
+	}
+	return plan
+}
+
+// cloneFlags are the namespaces the zygote can make, by their clone flag;
+// the cgroup namespace is made by the child itself (Plan.CgroupNS).
+var cloneFlags = map[configs.NamespaceType]uint64{
+	configs.NEWUSER: unix.CLONE_NEWUSER, configs.NEWNS: unix.CLONE_NEWNS, configs.NEWPID: unix.CLONE_NEWPID,
+	configs.NEWNET: unix.CLONE_NEWNET, configs.NEWIPC: unix.CLONE_NEWIPC, configs.NEWUTS: unix.CLONE_NEWUTS,
+	configs.NEWCGROUP: 0,
+}
+
+// planNamespaces puts the config's namespaces and id maps in the request:
+// new ones only, and at least a user, a mount and a pid namespace.
+func planNamespaces(c *configs.Config, plan *zygote.Plan, req *zygote.Request) error {
 	var haveNS = map[configs.NamespaceType]bool{}
 	for _, ns := range c.Namespaces {
 		if ns.Path != "" {
-			return nil, nil, unsupported("joining namespace %s", ns.Type)
+			return fallback(fallbackNamespace, "joining namespace %s", ns.Type)
 		}
-		flag, ok := map[configs.NamespaceType]uint64{
-			configs.NEWUSER: unix.CLONE_NEWUSER, configs.NEWNS: unix.CLONE_NEWNS, configs.NEWPID: unix.CLONE_NEWPID,
-			configs.NEWNET: unix.CLONE_NEWNET, configs.NEWIPC: unix.CLONE_NEWIPC, configs.NEWUTS: unix.CLONE_NEWUTS,
-			configs.NEWCGROUP: 0,
-		}[ns.Type]
+		flag, ok := cloneFlags[ns.Type]
 		if !ok {
-			return nil, nil, unsupported("namespace %s", ns.Type)
+			return fallback(fallbackNamespace, "namespace %s", ns.Type)
 		}
 		haveNS[ns.Type] = true
 		req.CloneFlags |= flag
 	}
 	if !haveNS[configs.NEWUSER] || !haveNS[configs.NEWNS] || !haveNS[configs.NEWPID] {
-		return nil, nil, unsupported("no user, mount or pid namespace")
+		return fallback(fallbackNamespace, "no user, mount or pid namespace")
 	}
 	plan.CgroupNS = haveNS[configs.NEWCGROUP]
 	req.UIDMap = idMap(c.UIDMappings)
@@ -896,23 +1027,31 @@ func compilePlan(c *configs.Config, p *libcontainer.Process, id string) (*zygote
 	// caller's own gid alone (requiresRootOrMappingTool).
 	own := len(c.GIDMappings) == 1 && c.GIDMappings[0] == configs.IDMap{ContainerID: 0, HostID: int64(os.Getegid()), Size: 1}
 	plan.SetGroups0 = len(c.GIDMappings) > 0 && !own
-	if !c.NoNewKeyring {
-		plan.Keyring = "_ses." + id
-		plan.KeyringPerm = 0x8 // with a user namespace: "other" may search it
-	}
+	return nil
+}
+
+// planNetwork accepts loopback only, which the child brings up.
+func planNetwork(c *configs.Config, plan *zygote.Plan) error {
 	for _, n := range c.Networks {
 		if n.Type != "loopback" {
-			return nil, nil, unsupported("network %s", n.Type)
+			return fallback(fallbackNetwork, "network %s", n.Type)
 		}
 		plan.Loopback = true
 	}
+	return nil
+}
+
+// planMounts copies the config's mounts: proc, sysfs, tmpfs and binds with
+// plain options. A bind on /dev replaces runc's own /dev setup (SetupDev),
+// as in libcontainer.
+func planMounts(c *configs.Config, plan *zygote.Plan) error {
 	setupDev := true
 	for _, m := range c.Mounts {
 		if m.Device != "proc" && m.Device != "sysfs" && m.Device != "tmpfs" && m.Device != "bind" {
-			return nil, nil, unsupported("mount type %s", m.Device)
+			return fallback(fallbackMount, "mount type %s", m.Device)
 		}
 		if m.Extensions != 0 || m.IDMapping != nil || m.RecAttr != nil {
-			return nil, nil, unsupported("mount options of %s", m.Destination)
+			return fallback(fallbackMount, "mount options of %s", m.Destination)
 		}
 		if m.Device == "bind" && cleanDest(m.Destination) == "/dev" {
 			setupDev = false
@@ -925,20 +1064,31 @@ func compilePlan(c *configs.Config, p *libcontainer.Process, id string) (*zygote
 		plan.Mounts = append(plan.Mounts, zm)
 	}
 	plan.SetupDev = setupDev
+	return nil
+}
+
+// planDevices lists the character devices to create. A device without a
+// path is a cgroup rule only (libcontainer creates no node for it either).
+func planDevices(c *configs.Config, plan *zygote.Plan) error {
 	for _, d := range c.Devices {
 		if d.Path == "" {
 			continue
 		}
 		if d.Type != 'c' {
-			return nil, nil, unsupported("device %s", d.Path)
+			return fallback(fallbackDevice, "device %s", d.Path)
 		}
 		plan.Devices = append(plan.Devices, d.Path)
 	}
-	// The environment exactly as runc's prepareEnv leaves it (launcherEnv
-	// refuses what runc would change further).
+	return nil
+}
+
+// planEnv is the environment exactly as runc's prepareEnv leaves it
+// (launcherEnv refuses what runc would change further), and the PATH the
+// child looks the program up in.
+func planEnv(p *libcontainer.Process, plan *zygote.Plan) error {
 	env, ok := launcherEnv(p.Env)
 	if !ok {
-		return nil, nil, unsupported("environment runc would rewrite")
+		return fallback(fallbackEnv, "environment runc would rewrite")
 	}
 	plan.Env = env
 	for _, kv := range env {
@@ -946,7 +1096,7 @@ func compilePlan(c *configs.Config, p *libcontainer.Process, id string) (*zygote
 			plan.Path = v
 		}
 	}
-	return plan, req, nil
+	return nil
 }
 
 // openBindSources clones each bind mount's source of plan that the run's
@@ -970,7 +1120,7 @@ func openBindSources(plan *zygote.Plan, root *[2]uint32) ([]*os.File, error) {
 			for _, f := range files {
 				f.Close()
 			}
-			return nil, fmt.Errorf("%w: more than %d bind mounts", errForkUnsupported, zygote.MaxSources)
+			return nil, fallback(fallbackMount, "more than %d bind mounts", zygote.MaxSources)
 		}
 		flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
 		if m.Flags&unix.MS_REC != 0 {

@@ -283,44 +283,16 @@ func (r *Libcontainer) prepare(ctx context.Context, req *oci.Request, pre *prest
 			_ = c.Destroy()
 		}
 	}()
-	// /work is filled before the program can be looked up: runc checks at
-	// create time that argv[0] exists, and it may be a file of /work (a
-	// compiled program, a session's). The fill helper, started now to
-	// start up while the container is made, fills it from a hook that
-	// libcontainer runs once the run's cgroup has its limits and init
-	// has mounted /work, before that check; without one, /work is filled
-	// here.
 	var fh *fillHelper
 	if pre == nil {
-		if fh, err = run.startFill(req, uid, gid, r.cfg.Cgroups != nil); err != nil {
+		if fh, err = r.startWorkFill(run, req, uid, gid); err != nil {
 			return nil, err
 		}
 		defer fh.abort()
-		if fh == nil {
-			if err := oci.FillWork(run.work, req, uid, gid); err != nil {
-				return nil, err
-			}
-		}
 	}
-
-	host := oci.Host{WorkDir: run.work, UIDBase: r.cfg.UIDBase, Seccomp: r.cfg.Seccomp, SingleID: r.cfg.SingleID}
-	if r.cfg.Cgroups != nil {
-		host.CgroupsPath = r.cfg.Cgroups.ChildPath(id)
-	}
-	spec, err := oci.BuildSpec(req, host)
+	spec, config, err := r.containerConfig(id, req, run.work)
 	if err != nil {
 		return nil, err
-	}
-	config, err := r.libcontainerConfig(id, spec)
-	if err != nil {
-		return nil, err
-	}
-	if p := r.cfg.Cgroups; p != nil && p.Delegated() && r.cfg.CgroupMode.V1() {
-		// A cgroup v1 subtree delegated to a rootless server exists only
-		// in the memory, pids, cpu and cpuacct hierarchies. libcontainer
-		// skips the hierarchies it cannot write only for a cgroup named
-		// by Parent and Name, not by an explicit Path.
-		config.Cgroups.Path, config.Cgroups.Parent, config.Cgroups.Name = "", p.Path(), id
 	}
 	// No ParentDeathSignal: it is tied to the OS thread that starts the
 	// container's helper (golang/go#27505), and libcontainer ends that
@@ -342,11 +314,78 @@ func (r *Libcontainer) prepare(ctx context.Context, req *oci.Request, pre *prest
 			return fillErr
 		}
 	}
+	phase(id, "config")
+	p, err := initProcess(spec, run, pre, as, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	init, err := r.startInit(ctx, id, config, p, spec, as.direct, fill)
+	run.childStarted()
+	if pre != nil {
+		pre.started()
+	}
+	if fillErr != nil {
+		return nil, fillErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := c.attach(init, req.Egress, pre); err != nil {
+		return nil, err
+	}
+	phase(id, "prepared")
+	return c, nil
+}
+
+// startWorkFill starts filling a fresh run's /work for req. It is filled
+// before the program can be looked up: runc checks at create time that
+// argv[0] exists, and it may be a file of /work (a compiled program, a
+// session's). The fill helper it returns, started now to start up while
+// the container is made, fills it from a hook that libcontainer runs once
+// the run's cgroup has its limits and init has mounted /work, before that
+// check; without one (nil), /work is filled here, in-process.
+func (r *Libcontainer) startWorkFill(run *run, req *oci.Request, uid, gid uint32) (*fillHelper, error) {
+	fh, err := run.startFill(req, uid, gid, r.cfg.Cgroups != nil)
+	if err != nil || fh != nil {
+		return fh, err
+	}
+	return nil, oci.FillWork(run.work, req, uid, gid)
+}
+
+// containerConfig is the run's spec (oci.BuildSpec, its /work at the host
+// directory work) and the libcontainer config made from it.
+func (r *Libcontainer) containerConfig(id string, req *oci.Request, work string) (*specs.Spec, *configs.Config, error) {
+	host := oci.Host{WorkDir: work, UIDBase: r.cfg.UIDBase, Seccomp: r.cfg.Seccomp, SingleID: r.cfg.SingleID}
+	if r.cfg.Cgroups != nil {
+		host.CgroupsPath = r.cfg.Cgroups.ChildPath(id)
+	}
+	spec, err := oci.BuildSpec(req, host)
+	if err != nil {
+		return nil, nil, err
+	}
+	config, err := r.libcontainerConfig(id, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p := r.cfg.Cgroups; p != nil && p.Delegated() && r.cfg.CgroupMode.V1() {
+		// A cgroup v1 subtree delegated to a rootless server exists only
+		// in the memory, pids, cpu and cpuacct hierarchies. libcontainer
+		// skips the hierarchies it cannot write only for a cgroup named
+		// by Parent and Name, not by an explicit Path.
+		config.Cgroups.Path, config.Cgroups.Parent, config.Cgroups.Name = "", p.Path(), id
+	}
+	return spec, config, nil
+}
+
+// initProcess is the container's first process as the spec says, on the
+// run's pipes: no capabilities, no_new_privs, the spec's rlimits; a
+// kernel's protocol pipes as fds 3 and 4; a pooled container's launcher
+// or waiting interpreter (pre.init).
+func initProcess(spec *specs.Spec, run *run, pre *prestart, as prepareAs, uid, gid uint32) (*libcontainer.Process, error) {
 	rlimits, err := toRlimits(spec.Process.Rlimits)
 	if err != nil {
 		return nil, err
 	}
-	phase(id, "config")
 	yes := true
 	p := &libcontainer.Process{
 		Args:            spec.Process.Args,
@@ -372,26 +411,22 @@ func (r *Libcontainer) prepare(ctx context.Context, req *oci.Request, pre *prest
 			return nil, err
 		}
 	}
-	init, err := r.startInit(ctx, id, config, p, spec, as.direct, fill)
-	run.childStarted()
-	if pre != nil {
-		pre.started()
-	}
-	if fillErr != nil {
-		return nil, fillErr
-	}
-	if err != nil {
-		return nil, err
-	}
+	return p, nil
+}
+
+// attach makes init the container's, reaped when it ends; starts the
+// egress bridge in its network namespace if the request has a proxy; and
+// for a pooled container (pre) lets init exec at once.
+func (c *lcContainer) attach(init initProc, egress string, pre *prestart) error {
 	c.init = init
 	go c.reap()
-	if req.Egress != "" {
+	if egress != "" {
 		pid, err := init.pid()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+			return fmt.Errorf("%w: %w", oci.ErrRuntime, err)
 		}
-		if c.egress, err = startEgress(pid, req.Egress, r.log.With("container_id", id)); err != nil {
-			return nil, err
+		if c.egress, err = startEgress(pid, egress, c.rt.log.With("container_id", c.id)); err != nil {
+			return err
 		}
 	}
 	if pre != nil {
@@ -401,11 +436,10 @@ func (r *Libcontainer) prepare(ctx context.Context, req *oci.Request, pre *prest
 		// the program's.
 		c.cpuBase = c.cpuTime()
 		if err := init.exec(); err != nil {
-			return nil, fmt.Errorf("%w: start pooled init: %w", oci.ErrRuntime, err)
+			return fmt.Errorf("%w: start pooled init: %w", oci.ErrRuntime, err)
 		}
 	}
-	phase(id, "prepared")
-	return c, nil
+	return nil
 }
 
 // fill fills a prepared container's /work for req (run.fill) with the
@@ -455,7 +489,7 @@ func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs
 		if !errors.Is(err, errForkUnsupported) {
 			return init, err
 		}
-		r.log.Debug("fork server cannot start this container; libcontainer does", "container_id", id, "why", err)
+		r.log.Debug("fork server cannot start this container; libcontainer does", "container_id", id, "reason", fallbackOf(err), "why", err)
 	}
 	if fill != nil {
 		// libcontainer runs it once it has made the cgroup and init has
