@@ -11,20 +11,22 @@ import (
 
 // A kernel is a long-lived sandbox: one interpreter that runs many cells of
 // a session in one namespace (variables, imports, loaded data stay between
-// calls). It is a runtime shape of this package like a fresh run: the same
-// spec (namespaces, seccomp, read-only root, no capabilities, cgroup
-// limits, no network), prepared by the same code, registered with the
-// runtime like any container (Close destroys it; after a crash the next
-// start's Recover does), and Destroy leaves nothing of it on the host.
+// calls). This file holds the protocol's types and a cell's verdict; the
+// kernel itself is oci/backend's (kernel_linux.go), a runtime shape of the
+// libcontainer backend like a fresh run: the same spec (namespaces,
+// seccomp, read-only root, no capabilities, cgroup limits, no network),
+// prepared by the same code, registered with the runtime like any
+// container (Close destroys it; after a crash the next start's Recover
+// does), and Destroy leaves nothing of it on the host.
 //
 // What differs is the program and the protocol around it. The program is
 // a driver (catalogue data: package rootfs's kernels) mounted read-only at
 // KernelDir; the server writes one JSON command per line on its fd 3 and
 // reads one JSON reply per line from its fd 4; a cell's output on stdout
-// and stderr ends with the cell's mark (kernelStream). Everything the
-// kernel writes is untrusted: the replies are size-capped and only parsed
-// as data, a reply for another cell is dropped, and too many bad lines
-// kill the kernel.
+// and stderr ends with the cell's mark (oci/backend's kernelStream).
+// Everything the kernel writes is untrusted: the replies are size-capped
+// and only parsed as data, a reply for another cell is dropped, and too
+// many bad lines kill the kernel.
 
 // KernelDir is where a kernel's driver directory is mounted, read-only.
 const KernelDir = "/tmp/.sandcell-kernel"

@@ -46,7 +46,7 @@ func init() {
 	backend.Init()
 	// The fill helper: a run's /work is written by a child process in the
 	// run's memory cgroup, which copies a session's tree with package
-	// workspace (oci/fill_linux.go).
+	// workspace (oci/backend/fill_linux.go).
 	backend.InitFill(workspace.FillFrom)
 }
 

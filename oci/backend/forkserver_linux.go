@@ -114,7 +114,7 @@ func fallback(r fallbackReason, what string, args ...any) error {
 }
 
 // seccompBPFArg makes this binary capture a seccomp program (see
-// captureSeccomp); oci.Init dispatches it.
+// captureSeccomp); Init dispatches it.
 const seccompBPFArg = "sandcell-seccomp-bpf"
 
 // forkServer is one sandcell instance's zygote and its compiled filter.

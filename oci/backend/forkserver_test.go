@@ -364,7 +364,7 @@ func processCPU() time.Duration {
 // BenchmarkBreakdown: where the time of one fresh run of `true` goes, phase
 // by phase (the median over b.N runs of each phase's wall time), under
 // libcontainer and under the fork server. Each phase is named by the mark
-// that ends it (oci's phase calls): work (the run's directory, /work tmpfs,
+// that ends it (the backend's phase calls): work (the run's directory, /work tmpfs,
 // pipes), config (spec, libcontainer config), create (libcontainer's
 // container and state) or cgroup (the fork server's run cgroup), cloned
 // (the zygote's clone3 and id maps), set up (the child's mounts, pivot,

@@ -69,7 +69,7 @@ func (e *testEnv) assertNoTraces(t testing.TB) {
 }
 
 // liveInstance says whether mountpoint is the state tmpfs of a runtime
-// instance still open (oci's statefs_linux.go): the instance's, not a run's.
+// instance still open (statefs_linux.go): the instance's, not a run's.
 func liveInstance(stateDir, mountpoint string) bool {
 	if filepath.Dir(mountpoint) != stateDir {
 		return false
