@@ -54,7 +54,7 @@ type KernelRequest struct {
 
 // StartedKernel is a kernel and what it was started with.
 type StartedKernel struct {
-	*oci.Kernel
+	oci.Kernel
 	Language rootfs.Language
 	Limits   limits.Set
 	Notes    []string

@@ -15,11 +15,11 @@ import (
 // maxCollectFiles bounds the number of files Collect reads back from /work.
 const maxCollectFiles = 4096
 
-// collect reads the regular files of the run's /work (a compile phase's
-// outputs), at most limit bytes together. It goes through an os.Root and
+// Collect reads the regular files of a finished run's /work (a compile
+// phase's outputs, see Request.Collect), at most limit bytes together. It goes through an os.Root and
 // opens with O_NOFOLLOW: a symlink the program planted is skipped, never
 // followed onto the host.
-func collect(work string, limit int64) ([]api.File, error) {
+func Collect(work string, limit int64) ([]api.File, error) {
 	root, err := os.OpenRoot(work)
 	if err != nil {
 		return nil, err

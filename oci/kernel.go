@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -11,38 +12,55 @@ import (
 
 // A kernel is a long-lived sandbox: one interpreter that runs many cells of
 // a session in one namespace (variables, imports, loaded data stay between
-// calls). It is a runtime shape of this package like a fresh run: the same
-// spec (namespaces, seccomp, read-only root, no capabilities, cgroup
-// limits, no network), prepared by the same code, registered with the
-// runtime like any container (Close destroys it; after a crash the next
-// start's Recover does), and Destroy leaves nothing of it on the host.
+// calls). This file holds the protocol's types and a cell's verdict; the
+// kernel itself is oci/backend's (kernel_linux.go), a runtime shape of the
+// libcontainer backend like a fresh run: the same spec (namespaces,
+// seccomp, read-only root, no capabilities, cgroup limits, no network),
+// prepared by the same code, registered with the runtime like any
+// container (Close destroys it; after a crash the next start's Recover
+// does), and Destroy leaves nothing of it on the host.
 //
 // What differs is the program and the protocol around it. The program is
 // a driver (catalogue data: package rootfs's kernels) mounted read-only at
 // KernelDir; the server writes one JSON command per line on its fd 3 and
 // reads one JSON reply per line from its fd 4; a cell's output on stdout
-// and stderr ends with the cell's mark (kernelStream). Everything the
-// kernel writes is untrusted: the replies are size-capped and only parsed
-// as data, a reply for another cell is dropped, and too many bad lines
-// kill the kernel.
+// and stderr ends with the cell's mark (oci/backend's kernelStream).
+// Everything the kernel writes is untrusted: the replies are size-capped
+// and only parsed as data, a reply for another cell is dropped, and too
+// many bad lines kill the kernel.
 
 // KernelDir is where a kernel's driver directory is mounted, read-only.
 const KernelDir = "/tmp/.sandcell-kernel"
 
-// Kernel protocol bounds.
-const (
-	// maxKernelReply caps one reply line. The drivers cap a value's text
-	// at 1 MiB and a traceback at 64 KiB; a longer line is a protocol
-	// violation and ends the kernel.
-	maxKernelReply = 4 << 20
-	// maxKernelJunk is how many lines that are not the awaited reply a
-	// kernel may write in a row before it is killed (a cell writing to fd
-	// 4 itself).
-	maxKernelJunk = 1000
-	// markWait bounds the wait for a cell's marks once its reply came:
-	// the driver wrote them before the reply, so they are in the pipes.
-	markWait = 2 * time.Second
-)
+// Kernel is a started kernel as its users see it, whichever backend runs
+// it (oci/backend's libcontainer kernel today): the seam through which the
+// executor and the service drive one without naming a backend.
+type Kernel interface {
+	// ID is the kernel's container id.
+	ID() string
+	// Ready is the driver's first message (what it runs).
+	Ready() KernelReady
+	// Alive reports whether the kernel's program still runs; Exited is
+	// closed when it ended, and DeathReason says why it ended.
+	Alive() bool
+	Exited() <-chan struct{}
+	DeathReason() string
+	// Exec runs one cell and returns its outcome; the cell's limits are
+	// enforced here (interrupt, then kill after the grace period).
+	Exec(ctx context.Context, cell KernelCell) KernelOutcome
+	// Save writes the kernel's /work back into ws (with files added);
+	// Refill fills its /work from ws after another tool changed it.
+	Save(ws Workspace, files []api.File) (bool, error)
+	Refill(ws Workspace) error
+	// ReadFile reads a file of the kernel's /work, at most max bytes,
+	// following no link out of it.
+	ReadFile(unsafeRel string, max int64) ([]byte, error)
+	// Cells is how many cells it ran.
+	Cells() int
+	// Destroy kills the kernel and removes every trace of it.
+	Destroy() error
+	String() string
+}
 
 // KernelReady is the driver's first message: what it runs.
 type KernelReady struct {

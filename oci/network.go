@@ -40,8 +40,8 @@ type Mount struct {
 	Writable    bool
 }
 
-// checkNetwork validates the egress and mount fields of a request.
-func (r *Request) checkNetwork() error {
+// CheckNetwork validates the egress and mount fields of a request.
+func (r *Request) CheckNetwork() error {
 	if r.Egress != "" && !filepath.IsAbs(r.Egress) {
 		return fmt.Errorf("%w: egress socket %q is not an absolute path", ErrInvalidRequest, r.Egress)
 	}

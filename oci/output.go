@@ -103,21 +103,23 @@ func (o *Output) Text() string {
 	return s
 }
 
-// capture reads one of the program's streams from a pipe into an Output;
+// Capture reads one of the program's streams from a pipe into an Output;
 // draining continues past the cap until the pipe closes, so the writer
 // never blocks on a full pipe before it dies.
-type capture struct {
+type Capture struct {
 	*Output
 	done chan struct{}
 }
 
-func startCapture(r *os.File, limit int64, over func(), emit func(string)) *capture {
-	c := &capture{Output: NewOutput(limit, over, emit), done: make(chan struct{})}
+// StartCapture starts reading the pipe r into a Capture of limit bytes
+// (over and emit as for NewOutput).
+func StartCapture(r *os.File, limit int64, over func(), emit func(string)) *Capture {
+	c := &Capture{Output: NewOutput(limit, over, emit), done: make(chan struct{})}
 	go c.drain(r)
 	return c
 }
 
-func (c *capture) drain(r *os.File) {
+func (c *Capture) drain(r *os.File) {
 	// The last live output is handed over before done is closed: once
 	// wait returned, emit is never called again.
 	defer close(c.done)
@@ -138,15 +140,8 @@ func (c *capture) drain(r *os.File) {
 	}
 }
 
-// mute stops the live output (see Output.Mute).
-func (c *capture) mute() { c.Mute() }
-
-// wait returns the captured bytes once the stream has closed.
-func (c *capture) wait() ([]byte, bool) {
+// Wait returns the captured bytes once the stream has closed.
+func (c *Capture) Wait() ([]byte, bool) {
 	<-c.done
 	return c.buf, c.truncated
 }
-
-// text is the captured output as the result shows it (Output.Text). Call
-// it after wait.
-func (c *capture) text() string { return c.Text() }

@@ -68,15 +68,6 @@ type Request struct {
 	Egress string
 	// Mounts are extra bind mounts in /tmp (dependency layers).
 	Mounts []Mount
-
-	// direct: libcontainer starts the init even with the fork server on
-	// (Libcontainer.Direct).
-	direct bool
-
-	// kernel, if set, makes the container a kernel's (StartKernel): its
-	// protocol pipes become the program's fds 3 and 4, and its output is
-	// read per cell by the kernel, not captured for one result.
-	kernel *kernelIO
 }
 
 // Workspace is a session's persistent files (implemented by
@@ -142,7 +133,7 @@ func (r *Request) Validate() error {
 	for _, kv := range r.Env {
 		k, _, ok := strings.Cut(kv, "=")
 		if !ok || k == "" || strings.IndexByte(kv, 0) >= 0 {
-			return fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrInvalidRequest, truncate(kv, 40))
+			return fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrInvalidRequest, Truncate(kv, 40))
 		}
 		total += len(kv) + 1
 	}
@@ -155,13 +146,13 @@ func (r *Request) Validate() error {
 	var size int64
 	seen := make(map[string]bool, len(r.Files))
 	for _, f := range r.Files {
-		if err := checkRelPath(f.Path); err != nil {
+		if err := CheckRelPath(f.Path); err != nil {
 			return err
 		}
 		// A File replaces an entry of /work (see Workspace): twice the
 		// same path would silently keep the last.
 		if seen[f.Path] {
-			return fmt.Errorf("%w: file %q is given twice", ErrInvalidRequest, truncate(f.Path, 80))
+			return fmt.Errorf("%w: file %q is given twice", ErrInvalidRequest, Truncate(f.Path, 80))
 		}
 		seen[f.Path] = true
 		size += int64(len(f.Data))
@@ -169,35 +160,38 @@ func (r *Request) Validate() error {
 	if r.WorkBytes < 0 {
 		return fmt.Errorf("%w: /work size %d is negative", ErrInvalidRequest, r.WorkBytes)
 	}
-	if work := r.workBytes(); work > 0 && size > work {
+	if work := r.WorkSize(); work > 0 && size > work {
 		return fmt.Errorf("%w: files take %d bytes, more than the %d-byte /work space", ErrInvalidRequest, size, work)
 	}
-	if err := r.checkNetwork(); err != nil {
+	if err := r.CheckNetwork(); err != nil {
 		return err
 	}
 	return r.Limits.Validate()
 }
 
-// checkRelPath accepts only clean relative paths that stay inside /work.
+// CheckRelPath accepts only clean relative paths that stay inside /work.
 // Writing is done through os.Root as well; this gives the caller a clear
 // error instead of a refused write.
-func checkRelPath(unsafePath string) error {
+func CheckRelPath(unsafePath string) error {
 	if unsafePath == "" || path.IsAbs(unsafePath) || strings.IndexByte(unsafePath, 0) >= 0 ||
 		path.Clean(unsafePath) != unsafePath || unsafePath == ".." || strings.HasPrefix(unsafePath, "../") {
-		return fmt.Errorf("%w: file path %q must be a clean relative path inside /work", ErrInvalidRequest, truncate(unsafePath, 80))
+		return fmt.Errorf("%w: file path %q must be a clean relative path inside /work", ErrInvalidRequest, Truncate(unsafePath, 80))
 	}
 	return nil
 }
 
-func truncate(s string, n int) string {
+// Truncate cuts s to n bytes, marking the cut with "...", for messages that
+// quote what a program or a tool wrote.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	return s[:n] + "..."
 }
 
-// workBytes is the size of the run's /work tmpfs.
-func (r *Request) workBytes() int64 {
+// WorkSize is the size of the run's /work tmpfs: WorkBytes, else the
+// limits' tmpfs size.
+func (r *Request) WorkSize() int64 {
 	if r.WorkBytes > 0 {
 		return r.WorkBytes
 	}

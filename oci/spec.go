@@ -20,14 +20,14 @@ const (
 	// the namespaces lands as a nobody on the host.
 	idMapSize = 65536
 	hostname  = "sandcell"
-	workDir   = "/work"
+	WorkDir   = "/work"
 )
 
 // baseEnv is the whole environment a program starts with, before the
 // request's own entries: an allowlist, never the server's environment.
 var baseEnv = []string{
 	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"HOME=" + workDir,
+	"HOME=" + WorkDir,
 	"LANG=C.UTF-8",
 	"TERM=dumb",
 }
@@ -89,11 +89,11 @@ func Spec(req *Request, h Host) (*specs.Spec, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	return buildSpec(req, h)
+	return BuildSpec(req, h)
 }
 
-// buildSpec is Spec for a request that its backend's Prepare validated.
-func buildSpec(req *Request, h Host) (*specs.Spec, error) {
+// BuildSpec is Spec for a request that its backend's Prepare validated.
+func BuildSpec(req *Request, h Host) (*specs.Spec, error) {
 	if h.Seccomp == nil {
 		return nil, fmt.Errorf("%w: no seccomp filter: every run needs one", ErrInvalidRequest)
 	}
@@ -103,12 +103,12 @@ func buildSpec(req *Request, h Host) (*specs.Spec, error) {
 	l := req.Limits
 	cwd := req.Cwd
 	if cwd == "" {
-		cwd = workDir
+		cwd = WorkDir
 	}
 	env := make([]string, 0, len(baseEnv)+len(req.Env))
 	env = append(append(env, baseEnv...), req.Env...)
 	tmpfsSize := "size=" + strconv.FormatInt(l.TmpfsBytes, 10)
-	tmpfsInodes := "nr_inodes=" + strconv.FormatInt(tmpfsInodeCap(l.TmpfsBytes), 10)
+	tmpfsInodes := "nr_inodes=" + strconv.FormatInt(TmpfsInodeCap(l.TmpfsBytes), 10)
 	yes := true
 	mapSize, user := uint32(idMapSize), specs.User{UID: SandboxUID, GID: SandboxGID}
 	if h.SingleID {
@@ -149,7 +149,7 @@ func buildSpec(req *Request, h Host) (*specs.Spec, error) {
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", tmpfsSize, tmpfsInodes}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", tmpfsSize, tmpfsInodes}},
-			{Destination: workDir, Type: "bind", Source: h.WorkDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+			{Destination: WorkDir, Type: "bind", Source: h.WorkDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		},
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
@@ -232,11 +232,11 @@ func Enforced(cgroups bool) map[string]string {
 	return m
 }
 
-// tmpfsInodeCap bounds the files of a run's tmpfs: one per 4 KiB of its
+// TmpfsInodeCap bounds the files of a run's tmpfs: one per 4 KiB of its
 // size, at least 8192. Without it a program can fill /tmp with hundreds
 // of thousands of empty files (they cost no size), which the kernel then
 // frees inside the dying process, slowly enough (1.7 s for 400k) to
 // outlast the kill deadline of a loaded host.
-func tmpfsInodeCap(size int64) int64 {
+func TmpfsInodeCap(size int64) int64 {
 	return max(size/4096, 8192)
 }

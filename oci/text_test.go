@@ -164,7 +164,7 @@ func TestTextCleanerUnterminatedSequence(t *testing.T) {
 	// A terminated sequence of just maxSequence bytes is dropped whole.
 	in := "\x1b]0;" + strings.Repeat("t", maxSequence-5) + "\x07x"
 	if got := CleanText([]byte(in)); got != "x" {
-		t.Errorf("OSC of %d bytes: got %q, want %q", maxSequence, truncate(got, 40), "x")
+		t.Errorf("OSC of %d bytes: got %q, want %q", maxSequence, Truncate(got, 40), "x")
 	}
 }
 
@@ -226,7 +226,7 @@ func TestCaptureLiveOutput(t *testing.T) {
 		}
 		chunks = append(chunks, s)
 	}
-	c := startCapture(r, 40, func() {}, emit)
+	c := StartCapture(r, 40, func() {}, emit)
 	parts := []string{"\x1b[3", "1mred\x1b[0m \xe2\x82", "\xac\r\n", "\x1b]8;;http://x\x07", strings.Repeat("z", 40)}
 	for _, p := range parts {
 		if _, err := w.Write([]byte(p)); err != nil {
@@ -234,7 +234,7 @@ func TestCaptureLiveOutput(t *testing.T) {
 		}
 	}
 	w.Close()
-	b, trunc := c.wait()
+	b, trunc := c.Wait()
 	mu.Lock()
 	done = true
 	got := strings.Join(chunks, "")
@@ -248,7 +248,7 @@ func TestCaptureLiveOutput(t *testing.T) {
 	if want := "red €\n" + strings.Repeat("z", 40-len("\x1b[31mred\x1b[0m \xe2\x82\xac\r\n\x1b]8;;http://x\x07")); got != want {
 		t.Errorf("live output %q, want %q", got, want)
 	}
-	if text := c.text(); !strings.HasSuffix(text, "\n[sandcell: output truncated at 40 bytes]") {
+	if text := c.Text(); !strings.HasSuffix(text, "\n[sandcell: output truncated at 40 bytes]") {
 		t.Errorf("text %q has no truncation marker", text)
 	}
 }

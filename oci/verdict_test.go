@@ -14,26 +14,26 @@ func TestVerdict(t *testing.T) {
 	l := limits.Defaults()
 	for _, tc := range []struct {
 		name string
-		e    exitInfo
-		stop stopReason
+		e    ExitInfo
+		stop StopReason
 		u    limits.Usage
 		want api.Status
 	}{
-		{"clean exit", exitInfo{code: 0}, stopNone, limits.Usage{}, api.StatusOK},
-		{"non-zero exit", exitInfo{code: 3}, stopNone, limits.Usage{}, api.StatusError},
-		{"own signal", exitInfo{code: 139, signal: syscall.SIGSEGV}, stopNone, limits.Usage{}, api.StatusError},
-		{"oom under a shell that exits 0", exitInfo{code: 0}, stopNone, limits.Usage{OOMKills: 1}, api.StatusMemoryLimit},
-		{"oom of init", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{OOMKills: 1}, api.StatusMemoryLimit},
-		{"wall clock", exitInfo{code: 137, signal: syscall.SIGKILL}, stopTimeout, limits.Usage{}, api.StatusTimeout},
-		{"cpu watchdog (gVisor)", exitInfo{code: 137, signal: syscall.SIGKILL}, stopCPUTime, limits.Usage{}, api.StatusTimeout},
-		{"cpu soft limit", exitInfo{code: 152, signal: syscall.SIGXCPU}, stopNone, limits.Usage{}, api.StatusTimeout},
-		{"cpu hard limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: l.CPUTime + time.Millisecond}, api.StatusTimeout},
-		{"sigkill below cpu limit", exitInfo{code: 137, signal: syscall.SIGKILL}, stopNone, limits.Usage{CPUTime: time.Millisecond}, api.StatusError},
-		{"output cap beats oom", exitInfo{signal: syscall.SIGKILL}, stopOutput, limits.Usage{OOMKills: 1}, api.StatusOutputLimit},
-		{"cancel beats everything", exitInfo{signal: syscall.SIGKILL}, stopCancelled, limits.Usage{OOMKills: 1}, api.StatusCancelled},
+		{"clean exit", ExitInfo{Code: 0}, StopNone, limits.Usage{}, api.StatusOK},
+		{"non-zero exit", ExitInfo{Code: 3}, StopNone, limits.Usage{}, api.StatusError},
+		{"own signal", ExitInfo{Code: 139, Signal: syscall.SIGSEGV}, StopNone, limits.Usage{}, api.StatusError},
+		{"oom under a shell that exits 0", ExitInfo{Code: 0}, StopNone, limits.Usage{OOMKills: 1}, api.StatusMemoryLimit},
+		{"oom of init", ExitInfo{Code: 137, Signal: syscall.SIGKILL}, StopNone, limits.Usage{OOMKills: 1}, api.StatusMemoryLimit},
+		{"wall clock", ExitInfo{Code: 137, Signal: syscall.SIGKILL}, StopTimeout, limits.Usage{}, api.StatusTimeout},
+		{"cpu watchdog (gVisor)", ExitInfo{Code: 137, Signal: syscall.SIGKILL}, StopCPUTime, limits.Usage{}, api.StatusTimeout},
+		{"cpu soft limit", ExitInfo{Code: 152, Signal: syscall.SIGXCPU}, StopNone, limits.Usage{}, api.StatusTimeout},
+		{"cpu hard limit", ExitInfo{Code: 137, Signal: syscall.SIGKILL}, StopNone, limits.Usage{CPUTime: l.CPUTime + time.Millisecond}, api.StatusTimeout},
+		{"sigkill below cpu limit", ExitInfo{Code: 137, Signal: syscall.SIGKILL}, StopNone, limits.Usage{CPUTime: time.Millisecond}, api.StatusError},
+		{"output cap beats oom", ExitInfo{Signal: syscall.SIGKILL}, StopOutput, limits.Usage{OOMKills: 1}, api.StatusOutputLimit},
+		{"cancel beats everything", ExitInfo{Signal: syscall.SIGKILL}, StopCancelled, limits.Usage{OOMKills: 1}, api.StatusCancelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, msg := verdict(tc.e, tc.stop, tc.u, l)
+			got, msg := ExitVerdict(tc.e, tc.stop, tc.u, l)
 			if got != tc.want {
 				t.Errorf("verdict(%+v, %v, %+v) = %s, want %s", tc.e, tc.stop, tc.u, got, tc.want)
 			}
@@ -52,21 +52,21 @@ func TestCaptureCapsAndSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	overs := 0
-	c := startCapture(r, 10, func() { overs++ }, nil)
+	c := StartCapture(r, 10, func() { overs++ }, nil)
 	w.Write([]byte("0123456789")) // exactly the cap: not over
 	w.Write([]byte("abc"))
 	w.Write([]byte("def"))
 	w.Close()
-	b, trunc := c.wait()
+	b, trunc := c.Wait()
 	if string(b) != "0123456789" || !trunc || overs != 1 {
 		t.Errorf("got %q truncated=%v overs=%d, want the first 10 bytes, truncated, one call", b, trunc, overs)
 	}
 
 	r, w, _ = os.Pipe()
-	c = startCapture(r, 10, func() { t.Error("over called for output within the cap") }, nil)
+	c = StartCapture(r, 10, func() { t.Error("over called for output within the cap") }, nil)
 	w.Write([]byte("0123456789"))
 	w.Close()
-	if b, trunc := c.wait(); string(b) != "0123456789" || trunc {
+	if b, trunc := c.Wait(); string(b) != "0123456789" || trunc {
 		t.Errorf("got %q truncated=%v at exactly the cap", b, trunc)
 	}
 }

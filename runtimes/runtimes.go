@@ -16,6 +16,7 @@ import (
 	"github.com/sandcell/sandcell/internal/sysmon"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 	"github.com/sandcell/sandcell/rootfs"
 	"github.com/sandcell/sandcell/seccomp"
 	"github.com/sandcell/sandcell/wasm"
@@ -46,7 +47,7 @@ type HostSettings struct {
 	PoolSize int
 	PoolIdle time.Duration
 	// ForkServer starts runc sandboxes through oci's fork server
-	// (oci.LibcontainerConfig.ForkServer).
+	// (backend.LibcontainerConfig.ForkServer).
 	ForkServer bool
 }
 
@@ -89,16 +90,16 @@ type Set struct {
 	log    *slog.Logger
 	parent *limits.Parent
 	filter *specs.LinuxSeccomp
-	rt     *oci.Libcontainer // nil on a host without a kernel sandbox
-	pool   *oci.Pool         // nil: no warm pool
+	rt     *backend.Libcontainer // nil on a host without a kernel sandbox
+	pool   *backend.Pool         // nil: no warm pool
 	tier   limits.Tier
 	// The gVisor backend is made on first use (probing runsc costs tens
 	// of milliseconds that runc runs should not pay).
 	gvOnce sync.Once
-	gv     *oci.Runsc // nil when runsc is not usable; gvErr says why
+	gv     *backend.Runsc // nil when runsc is not usable; gvErr says why
 	gvErr  error
-	gvPool *oci.Pool   // gVisor sandboxes created ahead; nil: no warm pool
-	gvMade atomic.Bool // gvOnce has run: gv, gvErr and gvPool are set
+	gvPool *backend.Pool // gVisor sandboxes created ahead; nil: no warm pool
+	gvMade atomic.Bool   // gvOnce has run: gv, gvErr and gvPool are set
 	// The wasm runtime, made on first use: a runc server that never gets
 	// a wasm request makes no instance directory for it.
 	wasmOnce sync.Once
@@ -195,7 +196,7 @@ func (s *Set) openLibcontainer(mode limits.Mode) error {
 	if s.cfg.Rootless {
 		uidBase = 0 // the namespace has one id: the user's
 	}
-	rt, err := oci.NewLibcontainer(oci.LibcontainerConfig{
+	rt, err := backend.NewLibcontainer(backend.LibcontainerConfig{
 		StateDir:   s.cfg.StateDir,
 		UIDBase:    uidBase,
 		Seccomp:    s.filter,
@@ -264,12 +265,16 @@ func (s *Set) Runtime(isolation string, fresh, direct bool) (oci.Runtime, error)
 }
 
 // StartKernel starts a kernel in a runc sandbox
-// (oci.Libcontainer.StartKernel).
-func (s *Set) StartKernel(ctx context.Context, req *oci.Request, driver map[string][]byte, ready time.Duration) (*oci.Kernel, error) {
+// (backend.Libcontainer.StartKernel).
+func (s *Set) StartKernel(ctx context.Context, req *oci.Request, driver map[string][]byte, ready time.Duration) (oci.Kernel, error) {
 	if s.rt == nil {
 		return nil, fmt.Errorf("no kernel sandbox on this host (%s)", s.cfg.NoKernelSandbox)
 	}
-	return s.rt.StartKernel(ctx, req, driver, ready)
+	k, err := s.rt.StartKernel(ctx, req, driver, ready)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return k, nil
 }
 
 // SandboxIDs are the host uid and gid that a sandbox's user maps to: the
@@ -288,7 +293,7 @@ func (s *Set) Tier() limits.Tier { return s.tier }
 // Libcontainer is the libcontainer backend itself, without the warm pool
 // (the benchmark harness writes bundles with its Host; nil on a host
 // without a kernel sandbox).
-func (s *Set) Libcontainer() *oci.Libcontainer { return s.rt }
+func (s *Set) Libcontainer() *backend.Libcontainer { return s.rt }
 
 // Seccomp is the filter of every runc sandbox.
 func (s *Set) Seccomp() *specs.LinuxSeccomp { return s.filter }
@@ -297,7 +302,7 @@ func (s *Set) Seccomp() *specs.LinuxSeccomp { return s.filter }
 func (s *Set) Parent() *limits.Parent { return s.parent }
 
 // Pool is the runc warm pool (nil when off).
-func (s *Set) Pool() *oci.Pool { return s.pool }
+func (s *Set) Pool() *backend.Pool { return s.pool }
 
 // Live counts the runc containers alive (0 without a kernel sandbox).
 func (s *Set) Live() int {
@@ -308,7 +313,7 @@ func (s *Set) Live() int {
 }
 
 // poolInterpreters are the languages whose interpreter a warm pool may
-// start ahead of the program (oci.PoolConfig.Scripts). Only python: its
+// start ahead of the program (backend.PoolConfig.Scripts). Only python: its
 // start-up reads nothing of /work but its script (checked by
 // oci.TestPoolIdentity). node reads /work/package.json before its main
 // script, which a pre-started node would have read before the request's
@@ -327,17 +332,17 @@ func (s *Set) openPool() {
 			scripts = append(scripts, l.Run)
 		}
 	}
-	s.pool = oci.NewPool(s.rt, s.poolConfig(scripts))
+	s.pool = backend.NewPool(s.rt, s.poolConfig(scripts))
 }
 
 // poolConfig is the warm pools' configuration.
-func (s *Set) poolConfig(scripts [][]string) oci.PoolConfig {
-	return oci.PoolConfig{Size: s.cfg.PoolSize, Idle: s.cfg.PoolIdle, Scripts: scripts, Busy: s.cfg.PoolBusy, Logger: s.log}
+func (s *Set) poolConfig(scripts [][]string) backend.PoolConfig {
+	return backend.PoolConfig{Size: s.cfg.PoolSize, Idle: s.cfg.PoolIdle, Scripts: scripts, Busy: s.cfg.PoolBusy, Logger: s.log}
 }
 
 // Gvisor is the gVisor backend, made on first use (the benchmark harness
 // and doctor ask for it too).
-func (s *Set) Gvisor() (*oci.Runsc, error) {
+func (s *Set) Gvisor() (*backend.Runsc, error) {
 	if s.rt == nil {
 		return nil, fmt.Errorf("no kernel sandbox on this host (%s)", s.cfg.NoKernelSandbox)
 	}
@@ -347,11 +352,11 @@ func (s *Set) Gvisor() (*oci.Runsc, error) {
 			s.gvErr = err
 			return
 		}
-		s.gv, s.gvErr = oci.NewRunsc(s.rt, oci.RunscConfig{Path: s.cfg.Runsc, Platform: s.cfg.RunscPlatform, AllowKVM: s.cfg.RunscAllowKVM, Seccomp: gf})
+		s.gv, s.gvErr = backend.NewRunsc(s.rt, backend.RunscConfig{Path: s.cfg.Runsc, Platform: s.cfg.RunscPlatform, AllowKVM: s.cfg.RunscAllowKVM, Seccomp: gf})
 		if s.gvErr == nil && s.cfg.PoolSize > 0 {
 			// gVisor's boot (runsc create, ~0.1 s) happens ahead, off
-			// the request's path; see oci.NewGVisorPool.
-			s.gvPool = oci.NewGVisorPool(s.gv, s.poolConfig(nil))
+			// the request's path; see backend.NewGVisorPool.
+			s.gvPool = backend.NewGVisorPool(s.gv, s.poolConfig(nil))
 		}
 		s.gvMade.Store(true)
 	})
@@ -360,7 +365,7 @@ func (s *Set) Gvisor() (*oci.Runsc, error) {
 
 // gvisorPool is the warm pool of gVisor sandboxes: nil when pools are off
 // or the gVisor backend was not made yet (this does not make it).
-func (s *Set) gvisorPool() *oci.Pool {
+func (s *Set) gvisorPool() *backend.Pool {
 	if !s.gvMade.Load() {
 		return nil
 	}
@@ -369,10 +374,10 @@ func (s *Set) gvisorPool() *oci.Pool {
 
 // PoolStats sums the warm pools' counters and idle containers (runc's and
 // gVisor's), for the server's metrics.
-func (s *Set) PoolStats() (oci.PoolStats, int) {
-	var sum oci.PoolStats
+func (s *Set) PoolStats() (backend.PoolStats, int) {
+	var sum backend.PoolStats
 	idle := 0
-	for _, p := range []*oci.Pool{s.pool, s.gvisorPool()} {
+	for _, p := range []*backend.Pool{s.pool, s.gvisorPool()} {
 		if p == nil {
 			continue
 		}

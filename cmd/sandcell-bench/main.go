@@ -47,7 +47,7 @@ import (
 	"github.com/sandcell/sandcell/cmd/internal/bench"
 	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/executor"
-	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 )
 
 // init is libcontainer's re-exec hook: the harness runs containers
@@ -55,7 +55,7 @@ import (
 // "sandcell-bench init", which sets up the container from the inside and
 // then execs the program. It must run before anything else.
 func init() {
-	oci.Init()
+	backend.Init()
 }
 
 // exitInternal is the exit status when the harness itself fails.

@@ -20,7 +20,7 @@ import (
 	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"
 	"github.com/sandcell/sandcell/mcp"
-	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 	"github.com/sandcell/sandcell/rest"
 	"github.com/sandcell/sandcell/rootfs"
 	"github.com/sandcell/sandcell/service"
@@ -233,7 +233,7 @@ func openService(env *cliEnv) (*served, func(), error) {
 			return len(ms)
 		},
 		Kernels: func() int { return kernels() },
-		Pool:    func() (oci.PoolStats, int) { return e.Runtimes.PoolStats() },
+		Pool:    func() (backend.PoolStats, int) { return e.Runtimes.PoolStats() },
 	})
 	e, err := env.cfg.OpenExecutor(env.log, func() bool { return gate.Queued() > 0 }, func(o *executor.Options) {
 		o.Observe, o.Deps.EgressRefused = m.Observe, m.EgressRefused

@@ -36,18 +36,18 @@ import (
 	"syscall"
 
 	"github.com/sandcell/sandcell/internal/workspace"
-	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 )
 
 // init is libcontainer's re-exec hook: the container's first process is this
 // binary started as "sandcell init", which sets up the container from the
 // inside and then execs the program. It must run before anything else.
 func init() {
-	oci.Init()
+	backend.Init()
 	// The fill helper: a run's /work is written by a child process in the
 	// run's memory cgroup, which copies a session's tree with package
-	// workspace (oci/fill_linux.go).
-	oci.InitFill(workspace.FillFrom)
+	// workspace (oci/backend/fill_linux.go).
+	backend.InitFill(workspace.FillFrom)
 }
 
 func main() {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/cmd/internal/doctor"
-	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 )
 
 // Rootless sandcell. An unprivileged user's sandcell re-executes itself
@@ -24,7 +24,7 @@ import (
 // the user did not have: the namespace maps no other id, and the host's
 // files owned by anyone else appear as nobody. Everything mounted there
 // goes away with the process, so a crash leaves no mount behind. The
-// re-exec is from a sealed memfd copy of the binary (oci.SealedSelf), so
+// re-exec is from a sealed memfd copy of the binary (backend.SealedSelf), so
 // libcontainer does not copy the binary again for every run.
 
 // enterUserNS re-executes an unprivileged sandcell inside its user
@@ -40,7 +40,7 @@ func enterUserNS(args []string, stdin io.Reader, stdout, stderr io.Writer) (int,
 	if _, ok := config.NoUserNS(); ok {
 		return 0, false // a child of a fallen-back sandcell (none re-executes)
 	}
-	exe, err := oci.SealedSelf()
+	exe, err := backend.SealedSelf()
 	if err != nil {
 		fmt.Fprintf(stderr, "sandcell: %v\n", err)
 		return exitInternal, true

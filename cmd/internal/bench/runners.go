@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 	"github.com/sandcell/sandcell/seccomp"
 )
 
@@ -51,7 +52,7 @@ var RunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh",
 // "sandcell gvisor" is a fresh gVisor run (`runsc run` through sandcell's
 // holder, as `sandcell run --isolation gvisor` does); "sandcell gvisor
 // pooled" goes through the gVisor pool as a server's calls do (a sandbox
-// created ahead, started on request: oci.NewGVisorPool).
+// created ahead, started on request: backend.NewGVisorPool).
 func (h *harness) runners(list string) ([]runner, error) {
 	all := []runner{
 		{key: "bare", name: "bare host", throughput: true, run: h.bare},
@@ -125,7 +126,7 @@ type harness struct {
 	*lab
 	runcPath  string
 	bwrapPath string
-	gv        *oci.Runsc
+	gv        *backend.Runsc
 	gvErr     error
 	gvFilter  *specs.LinuxSeccomp
 	seq       atomic.Int64
@@ -252,7 +253,7 @@ func (h *harness) runcCLI(ctx context.Context, c *benchCase, _ int) (string, err
 // sandcell's gVisor backend uses. Without cgroup, with the same flags
 // (issue #7's comparison: --ignore-cgroups, so the CLI enforces no
 // limit); with cgroup, runsc itself creates the run's cgroup from the
-// bundle, with the limits sandcell's gVisor runs get (oci.GVisorResources):
+// bundle, with the limits sandcell's gVisor runs get (backend.GVisorResources):
 // the same work sandcell does, done by the CLI.
 func (h *harness) runscCLI(cgroup bool) func(ctx context.Context, c *benchCase, _ int) (string, error) {
 	return func(ctx context.Context, c *benchCase, _ int) (string, error) {
@@ -274,7 +275,7 @@ type bundleCLI struct {
 	// (the CLI creates it; it is removed after the phase).
 	cgroup  bool
 	seccomp *specs.LinuxSeccomp // the spec's filter
-	gvisor  bool                // the resources sandcell's gVisor runs get (oci.GVisorResources)
+	gvisor  bool                // the resources sandcell's gVisor runs get (backend.GVisorResources)
 	// argv is the command line that runs bundle as container id, with
 	// the CLI's state in state.
 	argv func(state, bundle, id string) []string
@@ -302,7 +303,7 @@ func (h *harness) bundleRun(ctx context.Context, c *benchCase, cli bundleCLI) (s
 			return "", err
 		}
 		if cli.gvisor {
-			spec.Linux.Resources = oci.GVisorResources(spec.Linux.Resources)
+			spec.Linux.Resources = backend.GVisorResources(spec.Linux.Resources)
 		}
 		if err := oci.WriteBundle(bundle, spec); err != nil {
 			return "", err

@@ -26,7 +26,7 @@ import (
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/limits"
-	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 	"github.com/sandcell/sandcell/rootfs"
 	"github.com/sandcell/sandcell/runtimes"
 )
@@ -105,7 +105,7 @@ func Default() Config {
 			MaxPids:      16384,
 			UIDBase:      100000,
 			PoolSize:     -1,
-			PoolIdle:     oci.DefaultPoolIdle,
+			PoolIdle:     backend.DefaultPoolIdle,
 			ForkServer:   true,
 		},
 		LayerDir:             rootfs.DefaultDir(),

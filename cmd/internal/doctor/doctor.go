@@ -12,7 +12,7 @@ import (
 
 	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/limits"
-	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 	"github.com/sandcell/sandcell/rootfs"
 )
 
@@ -63,7 +63,7 @@ func Checks(ctx context.Context, cfg *config.Config) []Check {
 
 	cs = append(cs, usernsCheck(cfg, rootless), wasmCheck(cfg))
 
-	ok, ver := oci.SeccompSupport()
+	ok, ver := backend.SeccompSupport()
 	sc := Check{Name: "seccomp", Required: true, OK: ok && kernelHasSeccomp(), Detail: "libseccomp " + ver}
 	if !ok {
 		sc.Detail = "this binary was built without seccomp support"
@@ -76,8 +76,8 @@ func Checks(ctx context.Context, cfg *config.Config) []Check {
 		Detail: "for shared read-only layers", Fix: "modprobe overlay"})
 
 	runsc := Check{Name: "runsc", Required: cfg.Isolation == "gvisor", Detail: "gVisor isolation (--isolation gvisor)", Fix: "apt-get install runsc"}
-	if info, err := oci.ProbeRunsc(cfg.RunscPath()); err == nil {
-		platform, perr := info.ChoosePlatform(oci.RunscConfig{Platform: cfg.RunscPlatform, AllowKVM: cfg.RunscAllowKVM})
+	if info, err := backend.ProbeRunsc(cfg.RunscPath()); err == nil {
+		platform, perr := info.ChoosePlatform(backend.RunscConfig{Platform: cfg.RunscPlatform, AllowKVM: cfg.RunscAllowKVM})
 		runsc.OK = perr == nil
 		runsc.Detail = fmt.Sprintf("%s, %s, platforms %s, using %s", info.Path, info.Version, strings.Join(info.Platforms, "/"), platform)
 		if _, _, rootless := config.Rootless(); rootless {

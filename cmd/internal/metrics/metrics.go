@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sandcell/sandcell/executor"
-	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 )
 
 // Sources are the gauges' owners, read at each scrape. A nil func leaves
@@ -28,7 +28,7 @@ type Sources struct {
 	// Sessions is the number of sessions on disk.
 	Sessions func() int
 	// Pool is the warm pool's counters and its idle containers.
-	Pool func() (oci.PoolStats, int)
+	Pool func() (backend.PoolStats, int)
 	// Kernels is the number of live interpreter kernels.
 	Kernels func() int
 }
@@ -76,17 +76,17 @@ func New(src Sources) *Metrics {
 		gauge("sandcell_kernels", "Live interpreter kernels.", func() float64 { return float64(src.Kernels()) })
 	}
 	if src.Pool != nil {
-		stat := func(f func(oci.PoolStats, int) float64) func() float64 {
+		stat := func(f func(backend.PoolStats, int) float64) func() float64 {
 			return func() float64 { s, idle := src.Pool(); return f(s, idle) }
 		}
-		gauge("sandcell_pool_idle", "Containers prepared ahead and waiting for a request.", stat(func(_ oci.PoolStats, idle int) float64 { return float64(idle) }))
-		counter := func(name, help string, f func(oci.PoolStats) uint64) {
+		gauge("sandcell_pool_idle", "Containers prepared ahead and waiting for a request.", stat(func(_ backend.PoolStats, idle int) float64 { return float64(idle) }))
+		counter := func(name, help string, f func(backend.PoolStats) uint64) {
 			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-				stat(func(s oci.PoolStats, _ int) float64 { return float64(f(s)) })))
+				stat(func(s backend.PoolStats, _ int) float64 { return float64(f(s)) })))
 		}
-		counter("sandcell_pool_hits_total", "Requests served by a container prepared ahead.", func(s oci.PoolStats) uint64 { return s.Hits })
-		counter("sandcell_pool_misses_total", "Requests of a pool key that found no container prepared.", func(s oci.PoolStats) uint64 { return s.Misses })
-		counter("sandcell_pool_prepared_total", "Containers prepared ahead.", func(s oci.PoolStats) uint64 { return s.Prepared })
+		counter("sandcell_pool_hits_total", "Requests served by a container prepared ahead.", func(s backend.PoolStats) uint64 { return s.Hits })
+		counter("sandcell_pool_misses_total", "Requests of a pool key that found no container prepared.", func(s backend.PoolStats) uint64 { return s.Misses })
+		counter("sandcell_pool_prepared_total", "Containers prepared ahead.", func(s backend.PoolStats) uint64 { return s.Prepared })
 	}
 	return m
 }

@@ -1,0 +1,91 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/internal/netcopy"
+	"github.com/sandcell/sandcell/oci"
+)
+
+// egressBridge is the egress mode's way out of a run's network
+// namespace: a TCP listener on EgressAddr inside it (made by a thread
+// that entered the namespace and then died), whose connections are
+// forwarded to the proxy's unix socket on the host. The container gets no
+// interface, route or socket of the host: what it can reach is exactly
+// what the proxy allows. It serves at most netcopy.MaxConns connections at
+// once (more wait in the listener's backlog, inside the run's namespace)
+// and cuts one idle for netcopy.Idle, so that a sandbox holding thousands
+// of connections open costs the server a bounded number of fds (issue
+// #17).
+type egressBridge struct {
+	l      net.Listener
+	socket string
+	log    *slog.Logger
+	conns  *netcopy.Conns
+	done   chan struct{}
+}
+
+// startEgress listens on EgressAddr in the network namespace of process
+// pid (the container's init, not yet reaped) and forwards to socket.
+func startEgress(pid int, socket string, log *slog.Logger) (*egressBridge, error) {
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread enters the container's network namespace and is
+		// never unlocked: Go then ends it with this goroutine instead of
+		// running other goroutines in the wrong namespace. The socket it
+		// made stays in that namespace.
+		runtime.LockOSThread()
+		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("enter the run's network namespace: %w", err)}
+			return
+		}
+		l, err := net.Listen("tcp4", oci.EgressAddr)
+		ch <- result{l, err}
+	}()
+	res := <-ch
+	if res.err != nil {
+		return nil, fmt.Errorf("%w: egress listener: %w", oci.ErrRuntime, res.err)
+	}
+	b := &egressBridge{l: res.l, socket: socket, log: log, conns: netcopy.NewConns(netcopy.MaxConns), done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		if err := b.conns.Serve(b.l, b.forward); err != nil && !errors.Is(err, net.ErrClosed) {
+			b.log.Warn("egress bridge accept", "err", err)
+		}
+	}()
+	return b, nil
+}
+
+// forward joins a connection from the run to the proxy.
+func (b *egressBridge) forward(c net.Conn) {
+	up, err := net.Dial("unix", b.socket)
+	if err != nil {
+		b.log.Error("egress proxy unreachable", "socket", b.socket, "err", err)
+		return
+	}
+	defer up.Close()
+	netcopy.Splice(c, up, netcopy.Idle)
+}
+
+// Close stops the listener and cuts every connection.
+func (b *egressBridge) Close() {
+	b.conns.Close()
+	<-b.done
+}

@@ -1,0 +1,343 @@
+package backend_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/testutil"
+	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
+	"github.com/sandcell/sandcell/seccomp"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("SANDCELL_CRASH_CHILD") == "1" {
+		crashChild()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// assertClean fails if anything of a run is left: a live container, a
+// state or run directory, a mount, a cgroup, a sandbox process.
+func (e *testEnv) assertClean(t testing.TB) {
+	t.Helper()
+	if n := e.rt.Live(); n != 0 {
+		t.Errorf("%d containers still registered", n)
+	}
+	inst := filepath.Join(e.stateDir, e.rt.Instance())
+	for _, sub := range []string{"runs", "state"} {
+		if ents, _ := os.ReadDir(filepath.Join(inst, sub)); len(ents) > 0 {
+			t.Errorf("%s/%s not empty: %d entries, first %s", inst, sub, len(ents), ents[0].Name())
+		}
+	}
+	e.assertNoTraces(t)
+}
+
+// assertNoTraces checks the host-wide traces: mounts under the state dir,
+// child cgroups of the test parent, processes in the sandbox uid range.
+func (e *testEnv) assertNoTraces(t testing.TB) {
+	t.Helper()
+	for _, m := range testutil.MountsBelow(t, e.stateDir) {
+		if !liveInstance(e.stateDir, m) { // the fork server's state tmpfs is the instance's own
+			t.Errorf("mount left behind: %s", m)
+		}
+	}
+	for _, dir := range cgroupDirs(e.cgPath) {
+		ents, _ := os.ReadDir(dir)
+		for _, ent := range ents {
+			if ent.IsDir() {
+				t.Errorf("cgroup left behind: %s/%s", dir, ent.Name())
+			}
+		}
+	}
+	if pids := sandboxProcesses(t); len(pids) > 0 {
+		t.Errorf("sandbox processes left behind: %v", pids)
+	}
+}
+
+// liveInstance says whether mountpoint is the state tmpfs of a runtime
+// instance still open (statefs_linux.go): the instance's, not a run's.
+func liveInstance(stateDir, mountpoint string) bool {
+	if filepath.Dir(mountpoint) != stateDir {
+		return false
+	}
+	f, err := os.Open(filepath.Join(mountpoint, "lock"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
+}
+
+// cgroupDirs lists the parent's directory in every mounted hierarchy.
+func cgroupDirs(parent string) []string {
+	var dirs []string
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, r := range roots {
+		d := filepath.Join(r, parent)
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// sandboxProcesses lists live host processes whose uid lies in the sandbox
+// range. Zombies are left out, as in hostTasks: gVisor's processes that
+// outlive their parent are reaped by the host's init in its own time (a
+// lazy one on some hosts), and a zombie holds nothing but its pid.
+func sandboxProcesses(t testing.TB) []int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+ent.Name(), &st) != nil {
+			continue
+		}
+		if st.Uid < 100000 || st.Uid >= 100000+65536 {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + ent.Name() + "/stat")
+		if i := strings.LastIndexByte(string(stat), ')'); err == nil && i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func openFDs(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func TestTeardownSequential(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *testEnv) {
+		n := 200
+		if testing.Short() {
+			n = 20
+		}
+		// One run first, so lazily opened fds (cgroup files, logs) exist.
+		e.run(t, "sh", "true\n", limits.Set{})
+		fds := openFDs(t)
+		for i := 0; i < n; i++ {
+			res := e.run(t, "sh", "echo $$ > /tmp/pid\ntrue\n", limits.Set{})
+			if res.Status != api.StatusOK {
+				t.Fatalf("run %d: status %s: %s %s", i, res.Status, res.Message, res.Stderr)
+			}
+		}
+		if got := openFDs(t); got > fds {
+			t.Errorf("open fds grew from %d to %d over %d runs", fds, got, n)
+		}
+		e.assertClean(t)
+	})
+}
+
+func TestTeardownConcurrentIsolated(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *testEnv) {
+		const n = 8
+		// Each run leaves a marker in /tmp, /work and /dev/shm, waits for the
+		// others to do the same, then lists what it can see.
+		src := `echo $MARK > /tmp/$MARK; echo $MARK > /work/$MARK; echo $MARK > /dev/shm/$MARK
+sleep 1
+echo tmp: $(ls /tmp)
+echo work: $(ls /work)
+echo shm: $(ls /dev/shm)
+echo marks: $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep '^MARK=' | sort -u)
+`
+		var wg sync.WaitGroup
+		results := make([]api.Phase, n)
+		errs := make([]error, n)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				r := newRequest(t, "sh", src, limits.Set{})
+				r.Env = []string{"MARK=m" + strconv.Itoa(i)}
+				results[i], errs[i] = oci.Run(context.Background(), e.runtime, r)
+			}(i)
+		}
+		wg.Wait()
+		for i, res := range results {
+			if errs[i] != nil || res.Status != api.StatusOK {
+				t.Fatalf("run %d: %v %s %s", i, errs[i], res.Status, res.Stderr)
+			}
+			m := "m" + strconv.Itoa(i)
+			want := fmt.Sprintf("tmp: %s\nwork: %s main.sh\nshm: %s\nmarks: MARK=%s\n", m, m, m, m)
+			if res.Stdout != want {
+				t.Errorf("run %d saw:\n%s\nwant:\n%s", i, res.Stdout, want)
+			}
+		}
+		e.assertClean(t)
+	})
+}
+
+// TestCrashRecovery kills a server with -9 in the middle of a run, then
+// starts another on the same state directory: nothing may be left. Under
+// the fork server the run ends with the server, before any Recover (the
+// zygote kills the runs it started when sandcell's process is gone);
+// libcontainer's own start leaves it to the next start's Recover.
+func TestCrashRecovery(t *testing.T) {
+	t.Run("libcontainer", func(t *testing.T) { testCrashRecovery(t, false) })
+	t.Run("forkserver", func(t *testing.T) { testCrashRecovery(t, true) })
+}
+
+// crashEnv is the environment of a crash child: the test env's state dir
+// and cgroup parent, the root, and whether it starts runs through the
+// fork server.
+func crashEnv(e *testEnv, root string, fork bool) []string {
+	return append(os.Environ(), "SANDCELL_CRASH_STATE="+e.stateDir, "SANDCELL_CRASH_CGROUP="+e.cgPath,
+		"SANDCELL_CRASH_ROOT="+root, "SANDCELL_CRASH_FORK="+strconv.FormatBool(fork))
+}
+
+// awaitNoSandbox waits up to 10 s for every sandbox process (sandbox
+// uids; gVisor's processes under stateDir) to be gone, and says whether
+// they are.
+func awaitNoSandbox(t *testing.T, stateDir string) bool {
+	t.Helper()
+	alive := func() int { return len(sandboxProcesses(t)) + len(runscProcesses(stateDir)) }
+	for deadline := time.Now().Add(10 * time.Second); alive() > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return alive() == 0
+}
+
+func testCrashRecovery(t *testing.T, fork bool) {
+	e := newTestEnv(t)
+	root := layerRoot(t, "sh")
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(crashEnv(e, root, fork), "SANDCELL_CRASH_CHILD=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "running ") {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("crash child did not start its run: %q %v", line, err)
+	}
+	id := strings.TrimSpace(strings.TrimPrefix(line, "running "))
+	// The run is alive: its cgroup exists.
+	if len(findCgroup(e.cgPath, id)) == 0 {
+		t.Errorf("container %s has no cgroup while running", id)
+	}
+	if len(sandboxProcesses(t)) == 0 {
+		t.Fatalf("no sandbox process alive before the kill")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if fork && !awaitNoSandbox(t, e.stateDir) {
+		t.Errorf("the run outlived its killed server: sandbox processes %v", sandboxProcesses(t))
+	}
+
+	// A new server on the same state directory cleans up at start.
+	rt := e.newRuntime(t)
+	defer rt.Close()
+	removed, err := rt.Recover()
+	if err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	found := false
+	for _, r := range removed {
+		found = found || r == id
+	}
+	if !found {
+		t.Errorf("recover removed %v, want it to include %s", removed, id)
+	}
+	// The dead server's processes are killed by Recover.
+	deadline := time.Now().Add(3 * time.Second)
+	for len(sandboxProcesses(t)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.assertNoTraces(t)
+	ents, _ := os.ReadDir(e.stateDir)
+	for _, ent := range ents {
+		if ent.Name() != rt.Instance() && ent.Name() != e.rt.Instance() {
+			t.Errorf("state of a dead instance left behind: %s", ent.Name())
+		}
+	}
+}
+
+func findCgroup(parent, id string) []string {
+	var found []string
+	for _, d := range cgroupDirs(parent) {
+		if _, err := os.Stat(filepath.Join(d, id)); err == nil {
+			found = append(found, filepath.Join(d, id))
+		}
+	}
+	return found
+}
+
+// crashChild is the server that TestCrashRecovery kills: it starts a long
+// run, says so on stdout and waits to be killed.
+func crashChild() {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		os.Exit(1)
+	}
+	rt, err := crashRuntime()
+	if err != nil {
+		fail(err)
+	}
+	lim, _, err := limits.Resolve(limits.Defaults(), limits.Ceilings(), limits.Set{Timeout: time.Minute})
+	if err != nil {
+		fail(err)
+	}
+	req := &oci.Request{Root: os.Getenv("SANDCELL_CRASH_ROOT"), Args: []string{"/bin/sh", "/work/main.sh"},
+		Files: []api.File{{Path: "main.sh", Data: []byte("sleep 300\n")}}, Limits: lim}
+	c, err := rt.Prepare(context.Background(), req)
+	if err != nil {
+		fail(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		fail(err)
+	}
+	fmt.Println("running", c.ID())
+	c.Wait(context.Background())
+	fail(fmt.Errorf("the run ended before the kill"))
+}
+
+// crashRuntime is the runtime of a crash child (crashChild,
+// poolCrashChild): the state dir and cgroup parent its test gave it.
+func crashRuntime() (*backend.Libcontainer, error) {
+	filter, err := seccomp.Profile()
+	if err != nil {
+		return nil, err
+	}
+	parent, err := limits.EnsureParent(limits.ParentConfig{Path: os.Getenv("SANDCELL_CRASH_CGROUP"), MemoryBytes: 4 << 30, Pids: 4096})
+	if err != nil {
+		return nil, err
+	}
+	return backend.NewLibcontainer(backend.LibcontainerConfig{StateDir: os.Getenv("SANDCELL_CRASH_STATE"), Seccomp: filter, Cgroups: parent,
+		CgroupMode: limits.DetectMode(), ForkServer: os.Getenv("SANDCELL_CRASH_FORK") == "true"})
+}
