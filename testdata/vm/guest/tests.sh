@@ -3,8 +3,8 @@
 # stage2 (busybox sh). Read from the repository share at boot, so editing it
 # needs no initramfs rebuild.
 #
-# /src     the repository, read-only (tests find ../testdata from /src/oci)
-# /vmbin   static sandcell, oci.test, limits.test, the seccomp probe, gcc stand-in
+# /src     the repository, read-only (tests find ../../testdata from /src/oci/backend)
+# /vmbin   static sandcell, oci.test (package oci/backend), limits.test, the seccomp probe, gcc stand-in
 # /layers  the layer store, read-only share under a tmpfs overlay (lock files)
 # /out     writable: one log per step and summary.txt, copied to the host's log dir
 #
@@ -190,8 +190,8 @@ oci_run() {
 }
 
 oci_tests() {
-	OCI_RUN=$(cd /src/oci && oci_run)
-	gotest /src/oci /vmbin/oci.test -test.short -test.timeout=20m -test.run "$OCI_RUN" -test.skip "$OCI_SKIP"
+	OCI_RUN=$(cd /src/oci/backend && oci_run)
+	gotest /src/oci/backend /vmbin/oci.test -test.short -test.timeout=20m -test.run "$OCI_RUN" -test.skip "$OCI_SKIP"
 }
 
 leftovers() {
