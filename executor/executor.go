@@ -69,7 +69,7 @@ type Runtimes interface {
 	// available on this host.
 	Runtime(isolation string, fresh, direct bool) (oci.Runtime, error)
 	// StartKernel starts a kernel in a runc sandbox (see
-	// oci.Libcontainer.StartKernel).
+	// backend.Libcontainer.StartKernel).
 	StartKernel(ctx context.Context, req *oci.Request, driver map[string][]byte, ready time.Duration) (oci.Kernel, error)
 	// SandboxIDs are the host uid and gid that a sandbox's user maps to.
 	SandboxIDs() (uid, gid uint32)

@@ -73,7 +73,7 @@ func KernelLanguage(name string) (rootfs.Language, error) {
 	return lang, nil
 }
 
-// StartKernel starts a kernel (see oci.Libcontainer.StartKernel) from
+// StartKernel starts a kernel (see backend.Libcontainer.StartKernel) from
 // its plan. An error is a refusal (api.ErrInvalid, api.ErrBusy) or
 // sandcell's failure to start it.
 func (e *Executor) StartKernel(ctx context.Context, req KernelRequest) (*StartedKernel, error) {

@@ -182,11 +182,11 @@ type sessionWork struct {
 func (w *sessionWork) Fill(dir string) error { return w.sess.Fill(dir) }
 
 // Tree opens the session's tree for the runtime's fill helper, which
-// copies it into /work from the run's cgroup (oci.TreeWorkspace).
+// copies it into /work from the run's cgroup (backend.TreeWorkspace).
 func (w *sessionWork) Tree() (*os.File, error) { return w.sess.Tree() }
 
 // Within says whether the session's tree is small enough for the runtime
-// to copy in-process (oci.BoundedWorkspace).
+// to copy in-process (backend.BoundedWorkspace).
 func (w *sessionWork) Within(maxBytes int64, maxEntries int) (bool, error) {
 	return w.sess.Within(maxBytes, maxEntries)
 }

@@ -44,7 +44,7 @@ func (ss *Session) Fill(dst string) error {
 
 // Tree opens the session's tree, for FillFrom in another process (the
 // fill helper that writes a run's /work from the run's cgroup: see
-// oci.InitFill).
+// backend.InitFill).
 //
 // Preconditions: the caller holds the session's Lock until the tree is
 // filled and closed.
