@@ -3,8 +3,10 @@ package config
 import (
 	"flag"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -99,6 +101,33 @@ func TestSessionBounds(t *testing.T) {
 		bad(&c)
 		if err := c.Validate(); err == nil {
 			t.Errorf("Validate of %+v: no error", c)
+		}
+	}
+}
+
+// TestHelpPrintsNoPanic: the flag package calls String on a zero value of
+// each flag's type to decide whether to print a default (flag.isZeroValue);
+// the map flags (--deps-index, --egress-allow, --egress-host) panicked there
+// and the help said so, once a flag.
+func TestHelpPrintsNoPanic(t *testing.T) {
+	for _, v := range []flag.Value{new(pairValue[string]), new(pairValue[[]string]), new(pairValue[[]netip.Addr])} {
+		if s := v.String(); s != "" {
+			t.Errorf("zero %T String() = %q, want \"\"", v, s)
+		}
+	}
+	var help strings.Builder
+	fs := flag.NewFlagSet("sandcell", flag.ContinueOnError)
+	fs.SetOutput(&help)
+	c := Default()
+	c.AddFlags(fs)
+	new(Serve).AddFlags(fs)
+	fs.PrintDefaults()
+	if strings.Contains(help.String(), "panic") {
+		t.Errorf("the help mentions a panic:\n%s", help.String())
+	}
+	for _, name := range []string{"deps-index", "egress-allow", "egress-host"} {
+		if !strings.Contains(help.String(), "-"+name) {
+			t.Errorf("the help lacks -%s", name)
 		}
 	}
 }

@@ -92,7 +92,12 @@ type pairValue[V any] struct {
 	show  func(V) []string
 }
 
+// String is "" for the zero value too: the flag package calls it on one
+// to tell whether a default is worth printing in the help.
 func (v *pairValue[V]) String() string {
+	if v.p == nil {
+		return ""
+	}
 	var parts []string
 	for _, k := range v.keys() {
 		for _, s := range v.show((*v.p)[k]) {
