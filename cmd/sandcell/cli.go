@@ -276,23 +276,49 @@ func (e *cliEnv) noArgs(name string, args []string) bool {
 }
 
 // parseInterspersed parses flags that may come before or after positional
-// arguments ("run FILE --json" and "run --json FILE" both work).
+// arguments ("run FILE --json" and "run --json FILE" both work). A "--"
+// ends the flags: everything after it is positional ("run --image X -- sh
+// -c 'echo hi'").
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			return nil, err
 		}
-		args = fs.Args()
-		if len(args) == 0 {
+		rest := fs.Args()
+		if endedByDashDash(fs, args[:len(args)-len(rest)]) {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
 			return pos, nil
 		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
+}
+
+// endedByDashDash is whether fs.Parse, having consumed these arguments,
+// stopped at a "--" (which it drops) rather than at a positional argument:
+// whether the last one is a "--" where a flag was due, not a flag's value
+// ("--code --").
+func endedByDashDash(fs *flag.FlagSet, consumed []string) bool {
+	for i := 0; i < len(consumed); i++ {
+		s := consumed[i]
+		if s == "--" {
+			return true
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(s, "-"), "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+				continue
+			}
+		}
+		i++ // the flag's value
+	}
+	return false
 }
 
 // multiFlag collects a repeatable string flag (--env K=V --env K2=V2).

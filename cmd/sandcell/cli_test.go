@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -260,5 +262,45 @@ func TestPackageDocLists(t *testing.T) {
 		}
 		errb.Reset()
 		run(context.Background(), []string{"-h"}, strings.NewReader(""), &out, &errb)
+	}
+}
+
+// TestParseRunDashDash: "--" ends run's flags; everything after it is the
+// program's argv, flags of its own included ("sh -c", "ls -la").
+func TestParseRunDashDash(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"run", "--image", "X", "--", "sh", "-c", "echo hi"}, []string{"sh", "-c", "echo hi"}},
+		{[]string{"run", "--lang", "sh", "--", "ls", "-la"}, []string{"ls", "-la"}},
+		{[]string{"run", "--image", "X", "--", "--json"}, []string{"--json"}},
+		{[]string{"run", "--image", "X", "--", "a", "--", "b"}, []string{"a", "--", "b"}},
+		// Flags may still follow a FILE, and a "--" that is a flag's value is no end.
+		{[]string{"run", "--lang", "sh", "f.sh", "--json"}, []string{"f.sh"}},
+		{[]string{"run", "--lang", "sh", "f.sh", "--", "-x"}, []string{"f.sh", "-x"}},
+		{[]string{"run", "--code", "--", "--lang", "sh"}, nil},
+		{[]string{"run", "--json", "--", "-x"}, []string{"-x"}},
+	} {
+		var stderr bytes.Buffer
+		cl, code := parse(tc.args, nil, io.Discard, &stderr)
+		if cl == nil {
+			t.Errorf("parse(%q): exit %d, %s", tc.args, code, stderr.String())
+			continue
+		}
+		if !slices.Equal(cl.pos, tc.want) {
+			t.Errorf("parse(%q): argv %q, want %q", tc.args, cl.pos, tc.want)
+		}
+	}
+}
+
+// TestHelpPrintsNoPanic: the help of sandcell and of serve prints every
+// flag's default without a "panic calling String method" line.
+func TestHelpPrintsNoPanic(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"serve", "-h"}, {"run", "-h"}} {
+		var stderr bytes.Buffer
+		if _, code := parse(args, nil, io.Discard, &stderr); code != 0 || strings.Contains(stderr.String(), "panic") {
+			t.Errorf("sandcell %q: exit %d, help:\n%s", args, code, stderr.String())
+		}
 	}
 }
