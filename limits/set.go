@@ -151,7 +151,8 @@ func (s Set) positive(what string) error {
 // A field of req that is zero takes the default; a positive field replaces it, tighter or looser.
 // A value above its ceiling (requested or default) is clamped to the ceiling and the clamp is
 // reported in notes, e.g. "memory: requested 8 GiB, ceiling 4 GiB". TmpfsBytes is then clamped to
-// a quarter of MemoryBytes (noted too). The result is Validated.
+// a quarter of MemoryBytes: noted too when the request set it, silently when it is the default
+// (a default that follows another limit is not a clamp). The result is Validated.
 //
 // A negative or non-finite requested value, a result that fails Validate (e.g. 1 MiB of memory)
 // or a ceiling that is not positive is an error wrapping ErrInvalid that names the field.
@@ -178,9 +179,13 @@ func Resolve(defaults, ceilings, req Set) (Set, []string, error) {
 		return Set{}, nil, err
 	}
 	// Tmpfs pages are charged to the memory cgroup: three tmpfs at a quarter each stay below it.
+	// A tmpfs the request did not set follows the memory limit silently: only the size the
+	// request asked for is clamped (and noted).
 	if quarter := (out.MemoryBytes / 4) &^ (pageSize - 1); out.TmpfsBytes > quarter && quarter > 0 {
-		notes = append(notes, fmt.Sprintf("%s: %s is above a quarter of memory %s, clamped to %s",
-			fieldTmpfs, FormatSize(out.TmpfsBytes), FormatSize(out.MemoryBytes), FormatSize(quarter)))
+		if req.TmpfsBytes > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %s is above a quarter of memory %s, clamped to %s",
+				fieldTmpfs, FormatSize(out.TmpfsBytes), FormatSize(out.MemoryBytes), FormatSize(quarter)))
+		}
 		out.TmpfsBytes = quarter
 	}
 	if err := out.Validate(); err != nil {

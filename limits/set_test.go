@@ -71,7 +71,12 @@ func TestResolve(t *testing.T) {
 		{"tmpfs over ceiling then quarter of memory", Set{TmpfsBytes: 2 << 30, MemoryBytes: 4 << 30},
 			with(func(s *Set) { s.TmpfsBytes, s.MemoryBytes = 1<<30, 4<<30 }),
 			[]string{"tmpfs: requested 2 GiB, ceiling 1 GiB"}},
-		{"default tmpfs clamped to quarter of small memory", Set{MemoryBytes: 32 << 20},
+		// A tmpfs the request did not set follows the memory limit: no clamp, no note.
+		{"default tmpfs follows small memory silently", Set{MemoryBytes: 32 << 20},
+			with(func(s *Set) { s.MemoryBytes, s.TmpfsBytes = 32<<20, 8<<20 }), nil},
+		{"default tmpfs follows 128 MiB memory silently", Set{MemoryBytes: 128 << 20},
+			with(func(s *Set) { s.MemoryBytes, s.TmpfsBytes = 128<<20, 32<<20 }), nil},
+		{"requested tmpfs clamped to quarter of small memory", Set{MemoryBytes: 32 << 20, TmpfsBytes: 64 << 20},
 			with(func(s *Set) { s.MemoryBytes, s.TmpfsBytes = 32<<20, 8<<20 }),
 			[]string{"tmpfs: 64 MiB is above a quarter of memory 32 MiB, clamped to 8 MiB"}},
 		{"requested tmpfs clamped to quarter of memory", Set{TmpfsBytes: 200 << 20},
