@@ -380,3 +380,18 @@ func TestKernelExpiry(t *testing.T) {
 		t.Errorf("after the stop: previous %q", res.Kernel.Previous)
 	}
 }
+
+// The first cell of a kernel the call started, a replacement included,
+// is marked first (its verdict then claims no kept state, issue #37);
+// later cells on it are not.
+func TestKernelFirstCellMarked(t *testing.T) {
+	e := newEnv(t, nil, workspace.Options{})
+	id := e.session("python")
+	e.cell(id, api.CellRequest{})
+	e.cell(id, api.CellRequest{})
+	e.cell(id, api.CellRequest{Restart: true})
+	first, second := e.exec.kernel(0).cellsRun(), e.exec.kernel(1).cellsRun()
+	if !first[0].First || first[1].First || !second[0].First {
+		t.Errorf("first marks: kernel 0 %v, %v; replacement %v; want true, false, true", first[0].First, first[1].First, second[0].First)
+	}
+}

@@ -177,6 +177,9 @@ func (ks *kernels) release(key kernelKey, e *kernelEntry, alive bool, why string
 func (ks *kernels) run(ctx context.Context, sess *workspace.Session, key kernelKey, e *kernelEntry, info api.KernelInfo, cell executor.Cell, work *sessionWork) api.CellResult {
 	opts := ks.options()
 	cell.Number, cell.Outputs, cell.MaxPixels, cell.Grace = ks.nextCell(sess), outputsDir, opts.MaxPixels, opts.Grace
+	// A kernel this call started has no earlier state: its verdict must
+	// not claim one was kept beside "a new kernel was started" (issue #37).
+	cell.First = info.New
 	o := e.k.RunCell(ctx, cell)
 	res, files := shapeCell(o, cell.Number, opts)
 	res.SessionID = key.session
