@@ -395,3 +395,23 @@ func TestKernelFirstCellMarked(t *testing.T) {
 		t.Errorf("first marks: kernel 0 %v, %v; replacement %v; want true, false, true", first[0].First, first[1].First, second[0].First)
 	}
 }
+
+// A kernel killed in a cell sends no reply: its result counts the cells
+// it ran, this one included, not 0 (issue #37).
+func TestKilledKernelExecutionCount(t *testing.T) {
+	e := newEnv(t, nil, workspace.Options{})
+	id := e.session("python")
+	e.cell(id, api.CellRequest{})
+	e.cell(id, api.CellRequest{})
+	k := e.exec.kernel(0)
+	k.cell = func(executor.Cell, string) executor.CellOutcome {
+		k.alive.Store(false)
+		return executor.CellOutcome{Status: api.StatusMemoryLimit, Message: "memory limit reached"}
+	}
+	if res := e.cell(id, api.CellRequest{}); res.Kernel.Alive || res.Kernel.ExecutionCount != 3 {
+		t.Errorf("killed in its third cell: alive %v, execution_count %d; want dead, 3", res.Kernel.Alive, res.Kernel.ExecutionCount)
+	}
+	if res := e.cell(id, api.CellRequest{}); res.Kernel.ExecutionCount != 1 {
+		t.Errorf("the replacement's first cell: execution_count %d, want 1", res.Kernel.ExecutionCount)
+	}
+}
