@@ -415,3 +415,28 @@ func TestKilledKernelExecutionCount(t *testing.T) {
 		t.Errorf("the replacement's first cell: execution_count %d, want 1", res.Kernel.ExecutionCount)
 	}
 }
+
+// A stream cut at the output limit is saved as far as it was captured:
+// the inline note says so and does not promise the whole text (issue
+// #37); the file holds what was captured.
+func TestCutStreamFileIsTheCapturedPart(t *testing.T) {
+	e := newEnv(t, nil, workspace.Options{})
+	e.s.SetKernelOptions(KernelOptions{TextCap: 100})
+	id := e.session("python")
+	e.cell(id, api.CellRequest{})
+	captured := strings.Repeat("x\n", 200) + "\n[sandcell: output truncated at 400 bytes]"
+	e.exec.kernel(0).cell = func(executor.Cell, string) executor.CellOutcome {
+		return executor.CellOutcome{Status: api.StatusOutputLimit, Message: "output limit", Kept: true,
+			Stdout: captured, StdoutTruncated: true, Stderr: strings.Repeat("e\n", 200)}
+	}
+	res := e.cell(id, api.CellRequest{})
+	if strings.Contains(res.Stdout, "whole") || !strings.Contains(res.Stdout, "the output limit") || !strings.Contains(res.Stdout, res.StdoutFile) {
+		t.Errorf("cut stdout shown as %q: want a note naming the captured part and %s", res.Stdout, res.StdoutFile)
+	}
+	if !strings.Contains(res.Stderr, "the whole text is in the session file "+res.StderrFile) {
+		t.Errorf("stderr within the limit shown as %q: want the whole text's file", res.Stderr)
+	}
+	if got, _ := e.read(id, res.StdoutFile); got != captured {
+		t.Errorf("%s holds %d bytes, want the %d captured", res.StdoutFile, len(got), len(captured))
+	}
+}
