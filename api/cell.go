@@ -32,14 +32,15 @@ type CellResult struct {
 	Status  Status `json:"status" jsonschema:"ok, error (the cell raised an exception), timeout, memory_limit, output_limit, cancelled or internal_error"`
 	Message string `json:"message,omitempty" jsonschema:"what happened, for any status but ok: which limit, and whether the kernel kept its state"`
 	// Stdout and Stderr are the cell's output, cleaned as a run's. Past
-	// the text cap they hold the head and the tail, and the whole output
-	// is saved in the session (StdoutFile, StderrFile).
+	// the text cap they hold the head and the tail, and the output is
+	// saved in the session (StdoutFile, StderrFile) as far as it was
+	// captured (up to the output limit).
 	Stdout          string `json:"stdout" jsonschema:"the cell's standard output (cleaned; past the text cap its head and tail)"`
 	Stderr          string `json:"stderr" jsonschema:"the cell's standard error (cleaned; past the text cap its head and tail)"`
 	StdoutTruncated bool   `json:"stdout_truncated" jsonschema:"stdout passed the output limit (the cell was interrupted then)"`
 	StderrTruncated bool   `json:"stderr_truncated" jsonschema:"stderr passed the output limit (the cell was interrupted then)"`
-	StdoutFile      string `json:"stdout_file,omitempty" jsonschema:"the session file holding the whole stdout, when it was longer than the text cap"`
-	StderrFile      string `json:"stderr_file,omitempty" jsonschema:"the session file holding the whole stderr, when it was longer than the text cap"`
+	StdoutFile      string `json:"stdout_file,omitempty" jsonschema:"the session file holding the whole stdout (up to the output limit: see stdout_truncated), when it was longer than the text cap"`
+	StderrFile      string `json:"stderr_file,omitempty" jsonschema:"the session file holding the whole stderr (up to the output limit: see stderr_truncated), when it was longer than the text cap"`
 	// Value is the text of the cell's trailing expression (its repr; a
 	// data frame as a table), as a notebook shows it.
 	Value     string `json:"value,omitempty" jsonschema:"the value of the cell's last expression, as text (a data frame as a table)"`

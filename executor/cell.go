@@ -47,6 +47,9 @@ type Cell struct {
 	Grace  time.Duration
 	// OnOutput, if set, receives the cell's output while it runs.
 	OnOutput func(stream, text string)
+	// First: the kernel's first cell, in the call that started it
+	// (oci.KernelCell.First).
+	First bool
 }
 
 // CellReply is a kernel driver's reply to a cell. The driver is
@@ -109,7 +112,7 @@ func kernelCell(c Cell) oci.KernelCell {
 	return oci.KernelCell{
 		Command: map[string]any{"code": string(c.Code), "cell": c.Number, "outputs": c.Outputs, "max_pixels": c.MaxPixels},
 		Timeout: c.Limits.Timeout, CPUTime: c.Limits.CPUTime, Grace: c.Grace, OutputBytes: c.Limits.OutputBytes,
-		OnOutput: c.OnOutput,
+		OnOutput: c.OnOutput, First: c.First,
 	}
 }
 

@@ -105,3 +105,31 @@ func TestCellOutcome(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) { tt.check(t, cellOutcome(tt.out, cell, 1<<30)) })
 	}
 }
+
+// TestFirstCellClaimsNoKeptState (issue #37): the first cell of a kernel
+// the call started says nothing of a kept state (there was none; the
+// service says a new kernel was started), whatever became of the cell;
+// a later cell's verdict still says the state is kept.
+func TestFirstCellClaimsNoKeptState(t *testing.T) {
+	errReply := json.RawMessage(`{"status":"error","error":{"type":"ValueError","message":"bad"}}`)
+	for _, out := range []oci.KernelOutcome{
+		{Reply: errReply},
+		{Reply: json.RawMessage(`{"status":"ok","interrupted":true}`), Stop: oci.CellTimeout},
+		{Reply: json.RawMessage(`{"status":"ok","interrupted":true}`), Stop: oci.CellCancelled},
+		{Reply: errReply, OOMKills: 1},
+	} {
+		first := cellOutcome(out, oci.KernelCell{Grace: time.Second, Timeout: time.Second, First: true}, 1<<30)
+		if !first.Kept || strings.Contains(first.Message, "state") {
+			t.Errorf("first cell, stop %q reply %s: kept %v, message %q: want kept, no claim about a state", out.Stop, out.Reply, first.Kept, first.Message)
+		}
+		later := cellOutcome(out, oci.KernelCell{Grace: time.Second, Timeout: time.Second}, 1<<30)
+		if !strings.Contains(later.Message, "state") {
+			t.Errorf("later cell, stop %q reply %s: message %q: want the state kept said", out.Stop, out.Reply, later.Message)
+		}
+	}
+	k := &cellKernel{out: oci.KernelOutcome{Reply: errReply}}
+	(&StartedKernel{Kernel: k}).RunCell(context.Background(), Cell{First: true})
+	if !k.got.First {
+		t.Error("Cell.First did not reach the runtime's cell")
+	}
+}

@@ -131,8 +131,22 @@ func addKernelTools(s *Server, k Kernels, o ExecuteToolOptions, languages []stri
 			if in.Stop {
 				done = "stopped the " + info.Language + " kernel; the next run_cell starts a new one"
 			}
-			return nil, restartOutput{SessionID: in.SessionID, Kernel: info, Done: done}, nil
+			out := restartOutput{SessionID: in.SessionID, Kernel: info, Done: done}
+			return &CallToolResult{StructuredContent: out, Content: []Content{TextContent(restartText(out))}}, out, nil
 		})
+}
+
+// restartText is restart_kernel's text block: what was done to which
+// session's kernel, why the previous one had ended if it was already
+// gone, and that the files stay (issue #37: it was the result as JSON).
+func restartText(o restartOutput) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "session %s: %s", o.SessionID, o.Done)
+	if p := o.Kernel.Previous; p != "" {
+		fmt.Fprintf(&b, " (%s)", p)
+	}
+	b.WriteString("; files in /work are kept\n")
+	return b.String()
 }
 
 // cellToolResult is run_cell's result: a text block for the model (the

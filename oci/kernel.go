@@ -86,6 +86,10 @@ type KernelCell struct {
 	// OnOutput, if set, receives the cell's output while it runs (as
 	// Request.OnOutput).
 	OnOutput func(stream, text string)
+	// First: the kernel's first cell, in the call that started it. No
+	// earlier state exists, so the verdict claims none was kept (the
+	// caller says a new kernel was started, and why; issue #37).
+	First bool
 }
 
 // Stop reasons of a cell: why the server interrupted it.
@@ -148,7 +152,13 @@ func (e ExitStatus) String() string {
 // code), then a kernel that died, then the cell's own error.
 func KernelVerdict(o KernelOutcome, cell KernelCell, memory int64, replyErr bool) (status api.Status, msg string, kept bool) {
 	kept = !o.Died
+	// A kernel's first cell has no earlier state to keep: its verdict
+	// says only that the kernel lives on (issue #37).
+	keeps, livesOn := "; the kernel keeps its state", "the kernel itself lives on with its state"
 	state := "the kernel recovered from the interrupt: its state is kept"
+	if cell.First {
+		keeps, livesOn, state = "", "the kernel itself lives on", "the kernel recovered from the interrupt"
+	}
 	if o.Died {
 		state = "the kernel did not recover within " + cell.Grace.String() + " and was killed: its state is lost, the next call starts a new kernel"
 		if !o.Killed {
@@ -169,7 +179,7 @@ func KernelVerdict(o KernelOutcome, cell KernelCell, memory int64, replyErr bool
 		if o.Died {
 			return api.StatusMemoryLimit, fmt.Sprintf("memory limit of %s reached: the kernel was killed; its state is lost, the next call starts a new kernel", limits.FormatSize(memory)), false
 		}
-		return api.StatusMemoryLimit, fmt.Sprintf("memory limit of %s reached: the kernel killed %d process(es) of the cell; the kernel itself lives on with its state", limits.FormatSize(memory), o.OOMKills), true
+		return api.StatusMemoryLimit, fmt.Sprintf("memory limit of %s reached: the kernel killed %d process(es) of the cell; %s", limits.FormatSize(memory), o.OOMKills, livesOn), true
 	}
 	if o.Err != nil {
 		if o.Died {
@@ -181,7 +191,7 @@ func KernelVerdict(o KernelOutcome, cell KernelCell, memory int64, replyErr bool
 		return api.StatusError, state, false
 	}
 	if replyErr {
-		return api.StatusError, "the cell raised an exception (its type, message and traceback are in error); the kernel keeps its state", true
+		return api.StatusError, "the cell raised an exception (its type, message and traceback are in error)" + keeps, true
 	}
 	return api.StatusOK, "", true
 }

@@ -17,7 +17,8 @@ import (
 
 // A cell's output as the model gets it. Text past the text cap is shown
 // as its head and tail, and the whole text is saved in the session
-// (outputs/cellN-stdout.txt), linked from the result. Images are budgeted:
+// (outputs/cellN-stdout.txt), linked from the result: whole as far as it
+// was captured (a stream cut at the output limit is saved up to the cut). Images are budgeted:
 // an image within the caps comes back inline (MCP image content) and as
 // its session file; past them, as the file's resource link only, with a
 // note saying which cap. Figures are fitted to the pixel cap when they
@@ -49,19 +50,19 @@ func shapeCell(o executor.CellOutcome, n int, opts KernelOptions) (api.CellResul
 		res.Error = r.Error
 	}
 	var files []api.File
-	shape := func(text, what string) (string, string) {
+	shape := func(text, what string, limited bool) (string, string) {
 		name := fmt.Sprintf("%s/cell%d-%s.txt", outputsDir, n, what)
-		shown, cut := shapeText(text, opts.TextCap, name)
+		shown, cut := shapeText(text, opts.TextCap, name, limited)
 		if !cut {
 			return text, ""
 		}
 		files = append(files, api.File{Path: name, Data: []byte(text), Mode: 0o644})
 		return shown, name
 	}
-	res.Stdout, res.StdoutFile = shape(o.Stdout, "stdout")
-	res.Stderr, res.StderrFile = shape(o.Stderr, "stderr")
+	res.Stdout, res.StdoutFile = shape(o.Stdout, "stdout", o.StdoutTruncated)
+	res.Stderr, res.StderrFile = shape(o.Stderr, "stderr", o.StderrTruncated)
 	if r.Value != nil {
-		res.Value, res.ValueFile = shape(*r.Value, "value")
+		res.Value, res.ValueFile = shape(*r.Value, "value", false)
 		res.ValueType = truncateRunes(r.ValueType, 200)
 	}
 	return res, files
@@ -142,8 +143,9 @@ func joinSentences(a, b string) string {
 // shapeText returns text as shown inline: whole when within cap bytes,
 // else its head and tail (each about half the cap, cut at a line end when
 // one is near) around a line saying how much is left out and where the
-// whole text is.
-func shapeText(text string, capBytes int, file string) (string, bool) {
+// whole text is; limited: the text was cut at the output limit, and the
+// file holds only what was captured (issue #37).
+func shapeText(text string, capBytes int, file string, limited bool) (string, bool) {
 	if len(text) <= capBytes {
 		return text, false
 	}
@@ -160,7 +162,11 @@ func shapeText(text string, capBytes int, file string) (string, bool) {
 	if !strings.HasSuffix(head, "\n") {
 		head += "\n"
 	}
-	return fmt.Sprintf("%s[sandcell: %d bytes not shown; the whole text is in the session file %s]\n%s", head, omitted, file, tail), true
+	where := "the whole text is in the session file " + file
+	if limited {
+		where = "the text captured up to the output limit is in the session file " + file
+	}
+	return fmt.Sprintf("%s[sandcell: %d bytes not shown; %s]\n%s", head, omitted, where, tail), true
 }
 
 // runeStart is the first index at or after i that starts a UTF-8

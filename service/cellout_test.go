@@ -15,7 +15,7 @@ import (
 
 func TestShapeText(t *testing.T) {
 	short := "a few lines\n"
-	if got, cut := shapeText(short, 100, "f"); got != short || cut {
+	if got, cut := shapeText(short, 100, "f", false); got != short || cut {
 		t.Errorf("short text: %q %v", got, cut)
 	}
 	var b strings.Builder
@@ -23,7 +23,7 @@ func TestShapeText(t *testing.T) {
 		b.WriteString(strings.Repeat("é", i%7) + "line\n")
 	}
 	long := b.String()
-	got, cut := shapeText(long, 1000, "outputs/cell3-stdout.txt")
+	got, cut := shapeText(long, 1000, "outputs/cell3-stdout.txt", false)
 	if !cut || len(got) > 1200 || !strings.Contains(got, "outputs/cell3-stdout.txt") {
 		t.Fatalf("long text: cut %v, %d bytes: %q", cut, len(got), got)
 	}

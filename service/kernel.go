@@ -43,8 +43,8 @@ type KernelOptions struct {
 	// kernel is killed (default 2s).
 	Grace time.Duration
 	// TextCap is the most of each stream (and of the value) a result
-	// shows inline (default 16 KiB); the whole text is saved in the
-	// session past it.
+	// shows inline (default 16 KiB); the text, as far as it was captured
+	// (up to the output limit), is saved in the session past it.
 	TextCap int
 	// MaxPixels and MaxImageBytes bound one inline image (default 1.2
 	// million pixels, 1 MiB); MaxImages and ImageTotal one result's

@@ -380,3 +380,63 @@ func TestKernelExpiry(t *testing.T) {
 		t.Errorf("after the stop: previous %q", res.Kernel.Previous)
 	}
 }
+
+// The first cell of a kernel the call started, a replacement included,
+// is marked first (its verdict then claims no kept state, issue #37);
+// later cells on it are not.
+func TestKernelFirstCellMarked(t *testing.T) {
+	e := newEnv(t, nil, workspace.Options{})
+	id := e.session("python")
+	e.cell(id, api.CellRequest{})
+	e.cell(id, api.CellRequest{})
+	e.cell(id, api.CellRequest{Restart: true})
+	first, second := e.exec.kernel(0).cellsRun(), e.exec.kernel(1).cellsRun()
+	if !first[0].First || first[1].First || !second[0].First {
+		t.Errorf("first marks: kernel 0 %v, %v; replacement %v; want true, false, true", first[0].First, first[1].First, second[0].First)
+	}
+}
+
+// A kernel killed in a cell sends no reply: its result counts the cells
+// it ran, this one included, not 0 (issue #37).
+func TestKilledKernelExecutionCount(t *testing.T) {
+	e := newEnv(t, nil, workspace.Options{})
+	id := e.session("python")
+	e.cell(id, api.CellRequest{})
+	e.cell(id, api.CellRequest{})
+	k := e.exec.kernel(0)
+	k.cell = func(executor.Cell, string) executor.CellOutcome {
+		k.alive.Store(false)
+		return executor.CellOutcome{Status: api.StatusMemoryLimit, Message: "memory limit reached"}
+	}
+	if res := e.cell(id, api.CellRequest{}); res.Kernel.Alive || res.Kernel.ExecutionCount != 3 {
+		t.Errorf("killed in its third cell: alive %v, execution_count %d; want dead, 3", res.Kernel.Alive, res.Kernel.ExecutionCount)
+	}
+	if res := e.cell(id, api.CellRequest{}); res.Kernel.ExecutionCount != 1 {
+		t.Errorf("the replacement's first cell: execution_count %d, want 1", res.Kernel.ExecutionCount)
+	}
+}
+
+// A stream cut at the output limit is saved as far as it was captured:
+// the inline note says so and does not promise the whole text (issue
+// #37); the file holds what was captured.
+func TestCutStreamFileIsTheCapturedPart(t *testing.T) {
+	e := newEnv(t, nil, workspace.Options{})
+	e.s.SetKernelOptions(KernelOptions{TextCap: 100})
+	id := e.session("python")
+	e.cell(id, api.CellRequest{})
+	captured := strings.Repeat("x\n", 200) + "\n[sandcell: output truncated at 400 bytes]"
+	e.exec.kernel(0).cell = func(executor.Cell, string) executor.CellOutcome {
+		return executor.CellOutcome{Status: api.StatusOutputLimit, Message: "output limit", Kept: true,
+			Stdout: captured, StdoutTruncated: true, Stderr: strings.Repeat("e\n", 200)}
+	}
+	res := e.cell(id, api.CellRequest{})
+	if strings.Contains(res.Stdout, "whole") || !strings.Contains(res.Stdout, "the output limit") || !strings.Contains(res.Stdout, res.StdoutFile) {
+		t.Errorf("cut stdout shown as %q: want a note naming the captured part and %s", res.Stdout, res.StdoutFile)
+	}
+	if !strings.Contains(res.Stderr, "the whole text is in the session file "+res.StderrFile) {
+		t.Errorf("stderr within the limit shown as %q: want the whole text's file", res.Stderr)
+	}
+	if got, _ := e.read(id, res.StdoutFile); got != captured {
+		t.Errorf("%s holds %d bytes, want the %d captured", res.StdoutFile, len(got), len(captured))
+	}
+}

@@ -28,6 +28,10 @@ type kernelEntry struct {
 	lastUsed time.Time
 	busy     bool // a call uses it: the idle stop leaves it alone
 	stale    bool // the session's files changed outside it: refill before its next cell
+	// cells counts the cells the kernel was given, for a result without
+	// the driver's count (a kernel killed in a cell sends no reply).
+	// Only the call that holds the kernel touches it.
+	cells int
 }
 
 // kernels are a service's live kernels.
@@ -177,6 +181,10 @@ func (ks *kernels) release(key kernelKey, e *kernelEntry, alive bool, why string
 func (ks *kernels) run(ctx context.Context, sess *workspace.Session, key kernelKey, e *kernelEntry, info api.KernelInfo, cell executor.Cell, work *sessionWork) api.CellResult {
 	opts := ks.options()
 	cell.Number, cell.Outputs, cell.MaxPixels, cell.Grace = ks.nextCell(sess), outputsDir, opts.MaxPixels, opts.Grace
+	// A kernel this call started has no earlier state: its verdict must
+	// not claim one was kept beside "a new kernel was started" (issue #37).
+	cell.First = info.New
+	e.cells++
 	o := e.k.RunCell(ctx, cell)
 	res, files := shapeCell(o, cell.Number, opts)
 	res.SessionID = key.session
@@ -191,6 +199,11 @@ func (ks *kernels) run(ctx context.Context, sess *workspace.Session, key kernelK
 
 	info.Alive = o.Kept && e.k.Alive()
 	info.ExecutionCount = o.Reply.ExecutionCount
+	if info.ExecutionCount == 0 {
+		// No reply (the kernel died or was killed): the cells it ran,
+		// this one included, not 0 (issue #37).
+		info.ExecutionCount = e.cells
+	}
 	if info.New {
 		started := "a new " + info.Language + " kernel was started for this call"
 		if info.Previous != "" {
