@@ -215,6 +215,9 @@ type procExtra struct {
 	// returns. Only for a command that leaves nothing else outside its
 	// group: any other orphan would stay the harness's zombie.
 	orphans func() []int
+	// grace is how long orphans may go on after the command ended
+	// (0: orphanGrace). Output they write until then is kept.
+	grace time.Duration
 }
 
 // runProcessWith is runProcess with x.
@@ -238,6 +241,16 @@ func runProcessWith(ctx context.Context, timeout time.Duration, argv, env []stri
 	cmd.SysProcAttr.Setpgid = true
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
+	grace := x.grace
+	if grace <= 0 {
+		grace = orphanGrace
+	}
+	if x.orphans != nil {
+		// The orphans hold the output pipes while they run (bwrap's
+		// sandbox init does): their output is the run's until the grace
+		// is over, then reapOrphans kills them.
+		cmd.WaitDelay = max(cmd.WaitDelay, grace)
+	}
 	stdout, stderr := &limitedBuffer{max: maxOutput}, &limitedBuffer{max: maxOutput}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.ExtraFiles = x.files
@@ -252,8 +265,14 @@ func runProcessWith(ctx context.Context, timeout time.Duration, argv, env []stri
 	err := sysmon.WithOrigSlack(cmd.Start)
 	if err == nil {
 		err = cmd.Wait()
+		if errors.Is(err, exec.ErrWaitDelay) {
+			// The command exited 0; something it left held the output
+			// open past the delay. Its status stands, the output is what
+			// came before.
+			err = nil
+		}
 		if x.orphans != nil {
-			reapOrphans(cmd.Process.Pid, x.orphans(), orphanGrace)
+			reapOrphans(cmd.Process.Pid, x.orphans(), grace)
 		}
 	}
 	res := api.Phase{Stdout: string(stdout.b), Stderr: string(stderr.b), Status: api.StatusOK}
