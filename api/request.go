@@ -22,6 +22,11 @@ type Request struct {
 	Script string
 	// Args are appended to the program's argv.
 	Args []string
+	// CompilerOptions are added to the compile phase's argv, before the
+	// argument naming the source file (after the catalogue's own flags,
+	// so that a later -O or -std wins), for a language with a compile
+	// phase; ignored for one without (Judge0's compiler_options).
+	CompilerOptions []string
 	// Files are written into /work before the run (over the session's).
 	Files []File
 	// Env holds KEY=VALUE pairs added to the program's environment.

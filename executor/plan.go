@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -207,7 +208,23 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 	if len(compileArgs) == 0 {
 		return nil
 	}
-	return e.planCompile(p, req, img.resolve(compileArgs))
+	return e.planCompile(p, req, img.resolve(withCompilerOptions(compileArgs, lang.Source, req.CompilerOptions)))
+}
+
+// withCompilerOptions puts opts into a compile argv before the argument
+// naming the source file (at the end if none does).
+func withCompilerOptions(argv []string, source string, opts []string) []string {
+	if len(opts) == 0 {
+		return argv
+	}
+	at := len(argv)
+	for i, a := range argv[1:] {
+		if path.Base(a) == source {
+			at = i + 1
+			break
+		}
+	}
+	return slices.Concat(argv[:at], opts, argv[at:])
 }
 
 // planCompile adds the compile phase: its argv, and its limits (the

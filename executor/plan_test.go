@@ -588,3 +588,27 @@ func TestNewClose(t *testing.T) {
 		t.Error("Store is not the store given")
 	}
 }
+
+// TestCompilerOptions: a request's compiler options go into the compile
+// argv before the source file, after the catalogue's flags (a later -O
+// wins), as separate arguments; the run argv is untouched.
+func TestCompilerOptions(t *testing.T) {
+	r := newRig(t)
+	c := lookup(t, "c")
+	runc := r.rts.backends["runc"]
+	runc.collect = []api.File{{Path: "main", Data: []byte("ELF"), Mode: 0o755}}
+	opts := []string{"-O0", "-DNAME=a b"}
+	if _, err := r.Execute(context.Background(), Request{Request: api.Request{Language: "c", Source: []byte("int main(){}"),
+		CompilerOptions: opts}}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := runc.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d sandboxes, want a compile and a run", len(reqs))
+	}
+	at := slices.Index(c.Compile, "/work/main.c")
+	want := slices.Concat(c.Compile[:at], opts, c.Compile[at:])
+	if !slices.Equal(reqs[0].Args, want) || !slices.Equal(reqs[1].Args, c.Run) {
+		t.Errorf("compile argv %q, run argv %q; want %q and %q", reqs[0].Args, reqs[1].Args, want, c.Run)
+	}
+}
