@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandcell/sandcell/api"
@@ -99,9 +102,15 @@ var (
 // judge0 is the Judge0 API: its routes, its submissions and the workers
 // that run those not waited for.
 type judge0 struct {
-	h     *Handler
-	store *store
-	queue chan *submission
+	h         *Handler
+	store     *store
+	queue     chan *submission
+	conf      judge0Conf
+	callbacks *callbacker // nil: callback_url refused
+	stats     judge0Stats
+	nWorkers  int
+	busy      atomic.Int64 // workers running a submission
+	failed    atomic.Int64 // submissions that ended in Internal Error
 
 	ctx    context.Context // the background runs'; cancelled by close
 	cancel context.CancelFunc
@@ -113,8 +122,13 @@ func newJudge0(h *Handler) *judge0 {
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &judge0{h: h, ctx: ctx, cancel: cancel,
 		store: newStore(o.MaxSubmissions, o.MaxSubmissionBytes, o.SubmissionTTL),
-		queue: make(chan *submission, cmpOr(o.MaxQueue, 100))}
-	for range max(o.Workers, 1) {
+		queue: make(chan *submission, cmpOr(o.MaxQueue, 100)), conf: newJudge0Conf(o.Ceilings), nWorkers: max(o.Workers, 1)}
+	cb, err := newCallbacker(o.Judge0Callbacks)
+	if err != nil {
+		h.log.Error("judge0 callbacks are off", "err", err)
+	}
+	j.callbacks = cb
+	for range j.nWorkers {
 		j.wg.Add(1)
 		go j.worker()
 	}
@@ -142,7 +156,9 @@ func (j *judge0) routes() {
 	m.HandleFunc("GET /languages", j.languages)
 	m.HandleFunc("GET /languages/{id}", j.language)
 	m.HandleFunc("GET /statuses", j.statuses)
-	for _, p := range []string{"/submissions", "/submissions/{token}", "/languages", "/languages/{id}", "/statuses"} {
+	j.infoRoutes()
+	for _, p := range []string{"/submissions", "/submissions/{token}", "/languages", "/languages/{id}", "/statuses",
+		"/config_info", "/about", "/version", "/system_info", "/workers", "/statistics"} {
 		m.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			judge0Error(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path))
 		})
@@ -150,6 +166,24 @@ func (j *judge0) routes() {
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"status": 404, "error": "Not Found"})
 	})
+}
+
+// judge0Path is r with its path's trailing slash dropped: Rails' router
+// ignores it (POST /submissions/?wait=true, GET /submissions/TOKEN/).
+func judge0Path(r *http.Request) *http.Request {
+	p := r.URL.Path
+	if len(p) < 2 || !strings.HasSuffix(p, "/") {
+		return r
+	}
+	r2 := new(http.Request)
+	*r2 = *r
+	u := *r.URL
+	u.Path, u.RawPath = strings.TrimRight(p, "/"), ""
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	r2.URL = &u
+	return r2
 }
 
 // judge0Error is Judge0's error shape: {"error": ...}.
@@ -197,10 +231,9 @@ func (j *judge0) lookup(id int) (judge0Language, bool, error) {
 }
 
 // languages is GET /languages: the ids of the built languages, sorted by
-// name as Judge0 sorts them.
+// name as Judge0 sorts them, {id, name} only.
 func (j *judge0) languages(w http.ResponseWriter, r *http.Request) {
-	langs, err := j.h.languages()
-	if err != nil {
+	if _, err := j.h.languages(); err != nil {
 		judge0Error(w, http.StatusInternalServerError, "listing the languages failed: "+err.Error())
 		return
 	}
@@ -208,15 +241,10 @@ func (j *judge0) languages(w http.ResponseWriter, r *http.Request) {
 		ID   int    `json:"id"`
 		Name string `json:"name"`
 	}
-	var out []entry
-	for _, e := range judge0Langs {
-		for _, l := range langs {
-			if l.Name == e.Language {
-				out = append(out, entry{e.ID, judge0Language{entry: e, lang: l}.name()})
-			}
-		}
+	out := []entry{}
+	for _, e := range j.listed(false) {
+		out = append(out, entry{e.ID, e.Name})
 	}
-	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.Name, b.Name) })
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -279,7 +307,7 @@ func (j *judge0) create(w http.ResponseWriter, r *http.Request) {
 		judge0Error(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	body, err := j.h.readBody(w, r)
+	body, err := j.body(w, r)
 	if err != nil {
 		judge0Error(w, bodyStatus(err), err.Error())
 		return
@@ -303,6 +331,7 @@ func (j *judge0) create(w http.ResponseWriter, r *http.Request) {
 		judge0Error(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
+	j.stats.created(in.lang.id, sub.created)
 	if !queryTrue(r, "wait") {
 		if !j.enqueue(sub) {
 			j.store.remove(sub.token)
@@ -328,6 +357,31 @@ func (j *judge0) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, out)
+}
+
+// body is a submission's body as JSON: Rails parses JSON and form
+// (application/x-www-form-urlencoded) bodies alike into params; a form's
+// fields become the JSON object's strings (Rails' params are strings too,
+// cast by the model: "71", "true").
+func (j *judge0) body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
+		return j.h.readBody(w, r)
+	}
+	r = r.Clone(r.Context()) // the same body, read as a form
+	r.Header.Del("Content-Type")
+	raw, err := j.h.readBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	form, err := url.ParseQuery(string(raw))
+	if err != nil {
+		return nil, fmt.Errorf("the form body is malformed: %w", err)
+	}
+	m := make(map[string]string, len(form))
+	for k, v := range form {
+		m[k] = v[len(v)-1] // Rails keeps the last of repeated keys
+	}
+	return json.Marshal(m)
 }
 
 // enqueue hands a submission to the workers, or reports the queue full.
@@ -401,6 +455,7 @@ func (j *judge0) batchCreate(w http.ResponseWriter, r *http.Request) {
 			out[i] = map[string][]string{"base": {err.Error()}}
 			continue
 		}
+		j.stats.created(in.lang.id, sub.created)
 		if !j.enqueue(sub) {
 			j.store.remove(sub.token)
 			out[i] = map[string][]string{"base": {errQueueFull.Error()}}
@@ -462,9 +517,12 @@ func (j *judge0) worker() {
 		case <-j.ctx.Done():
 			return
 		case sub := <-j.queue:
+			j.busy.Add(1)
 			if err := j.run(j.ctx, sub, j.admitWaiting); err != nil {
-				sub.fail(j.store, err)
+				msg := err.Error()
+				j.finish(sub, judge0Outcome{status: statusInternal, message: &msg})
 			}
+			j.busy.Add(-1)
 		}
 	}
 }
@@ -532,8 +590,25 @@ func (j *judge0) run(ctx context.Context, sub *submission, admit func(context.Co
 		t, wt, m := mean(times), mean(walls), int64(mean(toFloats(mems)))
 		last.time, last.wallTime, last.memory = &t, &wt, &m
 	}
-	j.store.finish(sub, last)
+	j.finish(sub, last)
 	return nil
+}
+
+// finish records a submission's outcome, counts it, and calls its
+// callback_url in the background (as Judge0's job does once it ends).
+func (j *judge0) finish(sub *submission, o judge0Outcome) {
+	j.store.finish(sub, o)
+	j.stats.finished(o.status)
+	if o.status == statusInternal {
+		j.failed.Add(1)
+	}
+	if sub.in.callbackURL != nil && j.callbacks != nil {
+		j.wg.Add(1)
+		go func() {
+			defer j.wg.Done()
+			j.callback(sub)
+		}()
+	}
 }
 
 func mean(v []float64) float64 {

@@ -1,6 +1,7 @@
 package rest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -29,6 +30,9 @@ type judge0Input struct {
 	args     []string
 
 	compilerOptions, commandLineArgs, callbackURL *string
+	compilerArgs                                  []string   // compiler_options, split
+	additionalFiles                               []byte     // the zip as sent
+	files                                         []api.File // its files, unpacked
 
 	numberOfRuns                    int
 	cpuLimit, extraTime, wallLimit  float64 // seconds, as shown
@@ -41,7 +45,10 @@ type judge0Input struct {
 
 // size is what an input holds in memory.
 func (in *judge0Input) size() int64 {
-	n := int64(len(in.source) + len(in.stdin) + 1024)
+	n := int64(len(in.source) + len(in.stdin) + len(in.additionalFiles) + 1024)
+	for _, f := range in.files {
+		n += int64(len(f.Data))
+	}
 	if in.expected != nil {
 		n += int64(len(*in.expected))
 	}
@@ -64,7 +71,17 @@ func (j *judge0) parse(raw json.RawMessage, b64 bool) (*judge0Input, fieldErrors
 		return nil, nil, err
 	}
 	a.options(in)
-	asked := a.limits(j.h.opts.Ceilings)
+	if in.callbackURL != nil && strings.TrimSpace(*in.callbackURL) != "" {
+		switch {
+		case j.callbacks == nil:
+			a.errs.add("callback_url", "setting callback is not allowed")
+		default:
+			if err := j.callbacks.target(context.Background(), *in.callbackURL); err != nil {
+				a.errs.add("callback_url", "%v", err)
+			}
+		}
+	}
+	asked := a.limits(j.conf)
 	if len(a.errs) > 0 {
 		return nil, a.errs, nil
 	}
@@ -116,13 +133,20 @@ func (j *judge0) program(a j0Attrs, in *judge0Input) error {
 	return nil
 }
 
-// options reads the run's options. Those sandcell does not offer are
-// refused with Judge0's own words for a server that does not allow them;
-// redirect_stderr_to_stdout and command_line_arguments are kept.
+// options reads the run's options, enabled as 1.13.1 enables them by
+// default: compiler_options and command_line_arguments (split into argv,
+// never given to a shell), additional_files (a zip, unpacked into /work
+// within bounds), callback_url (checked by parse against the operator's
+// allowlist). Refused in Judge0's words for a server that does not allow
+// them: the network and per-process limits.
 func (a j0Attrs) options(in *judge0Input) {
-	in.compilerOptions = a.refused("compiler_options", "setting compiler options is not allowed")
-	in.callbackURL = a.refused("callback_url", "setting callback is not allowed")
-	a.refused("additional_files", "setting additional files is not allowed")
+	in.compilerOptions, in.compilerArgs = a.argv("compiler_options")
+	if s, given, ok := j0String(a.m["callback_url"]); !ok {
+		a.errs.add("callback_url", "is not a string")
+	} else if given {
+		in.callbackURL = &s
+	}
+	in.additionalFiles, in.files = a.additionalFiles()
 	for _, f := range []string{"enable_per_process_and_thread_time_limit", "enable_per_process_and_thread_memory_limit"} {
 		if v, _ := a.boolean(f); v {
 			a.errs.add(f, "this option cannot be enabled")
@@ -132,13 +156,13 @@ func (a j0Attrs) options(in *judge0Input) {
 		a.errs.add("enable_network", "enabling network is not allowed")
 	}
 	in.redirect, _ = a.boolean("redirect_stderr_to_stdout")
-	in.commandLineArgs, in.args = a.commandLine()
+	in.commandLineArgs, in.args = a.argv("command_line_arguments")
 }
 
-// commandLine reads command_line_arguments: the text as given (nil if
-// not), and the arguments the run gets, split as Judge0's bash would.
-func (a j0Attrs) commandLine() (*string, []string) {
-	const name = "command_line_arguments"
+// argv reads compiler_options or command_line_arguments: the text as
+// given (nil if not), and the arguments it makes, split as Judge0's bash
+// would split them (and never given to a shell).
+func (a j0Attrs) argv(name string) (*string, []string) {
 	s, given, ok := j0String(a.m[name])
 	switch {
 	case !ok:
@@ -171,22 +195,25 @@ type judge0Asked struct {
 	stackKB *int64  // stack_limit (nil if not given)
 }
 
-// limits reads the limits, in Judge0's units (seconds, KB), within the
-// ceilings c. Zero means "the server's default" (Judge0: "depends on
-// configuration"); the defaults shown are sandcell's for the language.
-func (a j0Attrs) limits(c limits.Set) judge0Asked {
+// limits reads the limits, in Judge0's units (seconds, KB), within
+// Judge0's MAX_* ceilings (k, lowered to the server's). Not given (or 0
+// for the CPU time) means Judge0's default, applied by build.
+func (a j0Attrs) limits(k judge0Conf) judge0Asked {
 	runs, okRuns := a.number("number_of_runs", 0, false, judge0MaxRuns)
-	cpu, okCPU := a.number("cpu_time_limit", 0, true, c.CPUTime.Seconds())
-	extra, _ := a.number("cpu_extra_time", 0, true, judge0MaxExtraTime)
-	wall, okWall := a.number("wall_time_limit", 1, true, c.Timeout.Seconds())
+	cpu, okCPU := a.number("cpu_time_limit", 0, true, k.maxCPU)
+	extra, okExtra := a.number("cpu_extra_time", 0, true, k.maxExtra)
+	wall, okWall := a.number("wall_time_limit", 1, true, k.maxWall)
 	memMin := max(judge0MinMemoryKB, float64(limits.MinMemoryBytes>>10))
-	mem, okMem := a.number("memory_limit", memMin, true, float64(c.MemoryBytes>>10))
-	stack, okStack := a.number("stack_limit", 0, true, float64(c.MemoryBytes>>10))
-	procs, okProcs := a.number("max_processes_and_or_threads", 0, false, float64(c.Pids))
-	fsize, okFsize := a.number("max_file_size", 0, true, float64(c.FileBytes>>10))
-	as := judge0Asked{runs: 1, extra: extra}
+	mem, okMem := a.number("memory_limit", memMin, true, float64(k.maxMem))
+	stack, okStack := a.number("stack_limit", 0, true, float64(k.maxStack))
+	procs, okProcs := a.number("max_processes_and_or_threads", 0, false, float64(k.maxProcs))
+	fsize, okFsize := a.number("max_file_size", 0, true, float64(k.maxFsize))
+	as := judge0Asked{runs: 1, extra: k.extra}
 	if okRuns {
 		as.runs = int(runs)
+	}
+	if okExtra {
+		as.extra = extra
 	}
 	if okStack {
 		kb := int64(stack)
@@ -210,12 +237,29 @@ func (a j0Attrs) limits(c limits.Set) judge0Asked {
 	return as
 }
 
+// judge0Defaults fills the limits a submission did not ask with Judge0's
+// defaults (k), except where the language's catalogue entry asks more
+// (a JVM's memory, a Go program's threads): then the language's own.
+func judge0Defaults(lim, lang api.Limits, k judge0Conf) api.Limits {
+	fill := func(v *int64, langV, def int64) {
+		if *v == 0 && langV <= def {
+			*v = def
+		}
+	}
+	fill(&lim.CPUTimeMS, lang.CPUTimeMS, int64(k.cpu*1000))
+	fill(&lim.TimeoutMS, lang.TimeoutMS, int64(k.wall*1000))
+	fill(&lim.MemoryMB, lang.MemoryMB, (k.mem+1023)/1024)
+	fill(&lim.Pids, lang.Pids, k.procs)
+	fill(&lim.FileBytes, lang.FileBytes, k.fsize<<10)
+	return lim
+}
+
 // build settles a checked submission's limits (the language's, merged
 // with those asked: an error if they do not fit together), as Execute
 // applies them and as they are shown back, and builds its request.
 func (j *judge0) build(in *judge0Input, as judge0Asked) error {
 	lang := in.lang.lang
-	lim := as.lim
+	lim := judge0Defaults(as.lim, lang.Limits, j.conf)
 	set, _, err := j.h.opts.Executor.PhaseLimits(lang.Limits, lim)
 	if err != nil {
 		return err
@@ -232,11 +276,12 @@ func (j *judge0) build(in *judge0Input, as judge0Asked) error {
 	in.memoryKB, in.procs, in.fsize = set.MemoryBytes>>10, set.Pids, set.FileBytes>>10
 	// sandcell sets no stack rlimit of its own: the stack is bounded by
 	// the memory limit. stack_limit is checked and shown, not applied.
-	in.stackKB = in.memoryKB
+	in.stackKB = min(j.conf.stack, in.memoryKB)
 	if as.stackKB != nil {
 		in.stackKB = *as.stackKB
 	}
 	in.req = api.Request{Language: lang.Name, Source: in.source, Args: in.args, Limits: lim,
+		Files: withoutSource(in.files, lang.Source), CompilerOptions: in.compilerArgs,
 		// The compile phase has the server's limits for the language,
 		// whatever the submission's (Judge0 compiles under its MAX_*).
 		CompileLimits: &api.Limits{}}
@@ -291,23 +336,6 @@ func (a j0Attrs) number(name string, minV float64, minIncl bool, maxV float64) (
 		return v, true
 	}
 	return 0, false
-}
-
-// refused reads an option sandcell refuses when it is not blank.
-func (a j0Attrs) refused(name, refusal string) *string {
-	s, given, ok := j0String(a.m[name])
-	switch {
-	case !ok:
-		a.errs.add(name, "is not a string")
-	case given && len(s) > judge0MaxOptions && name == "compiler_options":
-		a.errs.add(name, "is too long (maximum is %d characters)", judge0MaxOptions)
-	case given && strings.TrimSpace(s) != "":
-		a.errs.add(name, "%s", refusal)
-	}
-	if given {
-		return &s
-	}
-	return nil
 }
 
 // boolean reads a boolean attribute as Rails casts one: true/false,

@@ -248,8 +248,12 @@ func (in *judge0Input) setting(f string) any {
 		return orNull(in.commandLineArgs)
 	case "callback_url":
 		return orNull(in.callbackURL)
+	case "additional_files": // Base64 always, as it is sent
+		if in.additionalFiles != nil {
+			return encode64(in.additionalFiles)
+		}
 	}
-	return nil // additional_files
+	return nil
 }
 
 // orNull is *p, or JSON null for nil.

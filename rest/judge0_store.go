@@ -39,14 +39,6 @@ func newToken() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// fail records a run that was refused after the submission was accepted
-// (the layer vanished, the server is stopping): Internal Error, as
-// Judge0's job does with an exception.
-func (s *submission) fail(st *store, err error) {
-	msg := err.Error()
-	st.finish(s, judge0Outcome{status: statusInternal, message: &msg})
-}
-
 // store holds the submissions in memory, bounded: at most max of them
 // holding at most maxBytes, each kept ttl once finished. Nothing of it
 // survives a restart; a client that asks for an expired or evicted token
@@ -160,4 +152,25 @@ func (s *store) snapshot(sub *submission) submissionState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return sub.st
+}
+
+// pending counts the submissions not finished by status (In Queue,
+// Processing).
+func (s *store) pending() map[int]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[int]int{}
+	for _, o := range s.subs {
+		if o.st.finished.IsZero() {
+			out[o.st.status]++
+		}
+	}
+	return out
+}
+
+// held is the bytes the submissions hold.
+func (s *store) held() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
 }

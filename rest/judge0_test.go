@@ -61,13 +61,13 @@ func TestJudge0CreateDocsExamples(t *testing.T) {
 		t.Errorf("example 3: HTTP %d %v, want 422 %v", status, m, want)
 	}
 	// 4. wall_time_limit 100000 -> 422 {"wall_time_limit": ["must be less
-	// than or equal to 150"]}: the bound is sandcell's ceiling (300 s
-	// here), not Judge0's MAX_WALL_TIME_LIMIT.
+	// than or equal to 150"]}: the bound is 1.13.1's default
+	// MAX_WALL_TIME_LIMIT, 20 s (the docs' 150 is another configuration).
 	status, m = post("", `{"source_code": `+src+`, "language_id": 4, "number_of_runs": 1, "stdin": "Judge0",
 		"expected_output": "hello, Judge0", "cpu_time_limit": 1, "cpu_extra_time": 0.5, "wall_time_limit": 100000,
 		"memory_limit": 128000, "stack_limit": 128000, "enable_per_process_and_thread_time_limit": false,
 		"enable_per_process_and_thread_memory_limit": false, "max_file_size": 1024}`)
-	if want := map[string]any{"wall_time_limit": []any{"must be less than or equal to 300"}}; status != 422 || !reflect.DeepEqual(m, want) {
+	if want := map[string]any{"wall_time_limit": []any{"must be less than or equal to 20"}}; status != 422 || !reflect.DeepEqual(m, want) {
 		t.Errorf("example 4: HTTP %d %v, want 422 %v", status, m, want)
 	}
 	// 5. base64_encoded=true, source_code in base64 ("input" is not an
@@ -119,7 +119,7 @@ func TestJudge0GetDocsExamples(t *testing.T) {
 	}
 	status, _, v = do(t, "GET", ts.URL+"/submissions/"+token+"?fields=*", "", nil)
 	if m := obj(t, v); status != 200 || len(m) != len(judge0Fields) || m["source_code"] != docsC || m["language"].(map[string]any)["name"] != "C (GCC 12.2.0)" ||
-		m["cpu_time_limit"] != "10.0" || m["memory_limit"] != 262144.0 || m["enable_network"] != false || m["exit_code"] != 0.0 || m["finished_at"] == nil {
+		m["cpu_time_limit"] != "5.0" || m["memory_limit"] != 128000.0 || m["cpu_extra_time"] != "1.0" || m["wall_time_limit"] != "10.0" || m["stack_limit"] != 64000.0 || m["enable_network"] != false || m["exit_code"] != 0.0 || m["finished_at"] == nil {
 		t.Errorf("fields=*: HTTP %d %v", status, m)
 	}
 	// Bad requests of GET.
@@ -241,7 +241,9 @@ func TestJudge0Languages(t *testing.T) {
 		}
 		got = append(got, fmt.Sprintf("%v %v", m["id"], m["name"]))
 	}
-	want := []string{"46 Bash (5.2.15)", "50 C (GCC 12.2.0)", "54 C++ (GCC 12.2.0)", "60 Go (1.19.0)",
+	want := []string{"46 Bash (5.2.15)", "50 C (GCC 12.2.0)", "48 C (GCC 12.2.0; Judge0's id of GCC 7.4.0)",
+		"49 C (GCC 12.2.0; Judge0's id of GCC 8.3.0)", "54 C++ (GCC 12.2.0)", "52 C++ (GCC 12.2.0; Judge0's id of GCC 7.4.0)",
+		"53 C++ (GCC 12.2.0; Judge0's id of GCC 8.3.0)", "60 Go (1.19.0)",
 		"63 JavaScript (Node.js 18.20.4)", "71 Python (3.11.2)", "72 Ruby (3.1.0)"}
 	if !slices.Equal(got, want) {
 		t.Errorf("languages %v, want %v", got, want)
@@ -365,15 +367,15 @@ func TestJudge0BadInput(t *testing.T) {
 		{"language not a number", "/submissions", `{"language_id":"py","source_code":"1"}`, 422, "language_id", "is not a number"},
 		{"negative cpu", "/submissions", sub(`,"cpu_time_limit":-1`), 422, "cpu_time_limit", "must be greater than or equal to 0"},
 		{"cpu not a number", "/submissions", sub(`,"cpu_time_limit":"fast"`), 422, "cpu_time_limit", "is not a number"},
-		{"cpu above ceiling", "/submissions", sub(`,"cpu_time_limit":301`), 422, "cpu_time_limit", "must be less than or equal to 300"},
+		{"cpu above ceiling", "/submissions", sub(`,"cpu_time_limit":16`), 422, "cpu_time_limit", "must be less than or equal to 15"},
 		{"wall below 1", "/submissions", sub(`,"wall_time_limit":0.5`), 422, "wall_time_limit", "must be greater than or equal to 1"},
 		{"memory below minimum", "/submissions", sub(`,"memory_limit":2048`), 422, "memory_limit", "must be greater than or equal to 8192"},
 		{"no processes", "/submissions", sub(`,"max_processes_and_or_threads":0`), 422, "max_processes_and_or_threads", "must be greater than 0"},
 		{"too many runs", "/submissions", sub(`,"number_of_runs":21`), 422, "number_of_runs", "must be less than or equal to 20"},
 		{"network", "/submissions", sub(`,"enable_network":true`), 422, "enable_network", "enabling network is not allowed"},
-		{"compiler options", "/submissions", sub(`,"compiler_options":"-O3"`), 422, "compiler_options", "setting compiler options is not allowed"},
+		{"compiler options unterminated", "/submissions", sub(`,"compiler_options":"-DX='1"`), 422, "compiler_options", "unterminated"},
 		{"callback", "/submissions", sub(`,"callback_url":"http://10.0.0.1/"`), 422, "callback_url", "setting callback is not allowed"},
-		{"additional files", "/submissions", sub(`,"additional_files":"UEsDBA=="`), 422, "additional_files", "setting additional files is not allowed"},
+		{"additional files not a zip", "/submissions", sub(`,"additional_files":"UEsDBA=="`), 422, "additional_files", "is not a zip archive"},
 		{"per-process limits", "/submissions", sub(`,"enable_per_process_and_thread_time_limit":true`), 422, "enable_per_process_and_thread_time_limit", "this option cannot be enabled"},
 		{"unterminated quote", "/submissions", sub(`,"command_line_arguments":"a 'b"`), 422, "command_line_arguments", "unterminated"},
 		{"long arguments", "/submissions", sub(`,"command_line_arguments":"` + strings.Repeat("a ", 257) + `"`), 422, "command_line_arguments", "is too long (maximum is 512 characters)"},
@@ -426,7 +428,7 @@ func TestJudge0Limits(t *testing.T) {
 		t.Errorf("args %q, want %q", req.Args, want)
 	}
 	if want := map[string]any{"stdout": "out\nerr\n", "stderr": nil, "status": map[string]any{"id": 3.0, "description": "Accepted"},
-		"cpu_time_limit": "1.5", "memory_limit": 65536.0, "stack_limit": 65536.0}; !reflect.DeepEqual(v, any(want)) {
+		"cpu_time_limit": "1.5", "memory_limit": 65536.0, "stack_limit": 64000.0}; !reflect.DeepEqual(v, any(want)) {
 		t.Errorf("answer %v, want %v", v, want)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/rootfs"
 )
@@ -69,6 +70,10 @@ type Options struct {
 	MaxSubmissionBytes int64
 	SubmissionTTL      time.Duration
 	MaxQueue           int
+	// Judge0Callbacks is the policy of Judge0's callback_url (see
+	// judge0_callback.go): the host:port pairs an operator allowlisted
+	// and the names mapped to addresses. No Allow: callbacks refused.
+	Judge0Callbacks egress.Config
 	// MaxBodyBytes caps a request body (0: 16 MiB, as /mcp's messages).
 	MaxBodyBytes int64
 	// Logger receives the adapters' logs (nil: discarded).
@@ -130,6 +135,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
+	}
+	if !piston {
+		r = judge0Path(r)
 	}
 	h.mux.ServeHTTP(w, r)
 }

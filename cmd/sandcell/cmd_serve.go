@@ -16,6 +16,7 @@ import (
 	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/cmd/internal/metrics"
 	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/internal/health"
 	"github.com/sandcell/sandcell/internal/version"
 	"github.com/sandcell/sandcell/internal/workspace"
@@ -145,7 +146,8 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		// same Origin and token rules (h.Check), the same executor and gate.
 		rh := rest.New(rest.Options{Executor: svc.exec, Admit: svc.Admit(), Guard: h.Check,
 			Languages: rest.BuiltLanguages(svc.exec.LayerStore), Ceilings: env.cfg.Ceilings,
-			Workers: env.cfg.MaxRuns, Logger: env.log})
+			Workers: env.cfg.MaxRuns, Logger: env.log,
+			Judge0Callbacks: egress.Config{Allow: sc.Judge0CallbackAllow, Hosts: env.cfg.Deps.Hosts, Logger: env.log, Labels: []any{"judge0", "callback"}}})
 		defer rh.Close()
 		mux.Handle("/", drain.Wrap(rh))
 		// Header, body (mcp.HTTPOptions.BodyTimeout) and keep-alive idle

@@ -56,6 +56,7 @@ var samples = map[string]struct {
 	"allow-origin":            {[]string{"https://a.test", "*"}, `["https://a.test", "*"]`},
 	"prebuild":                {[]string{"sh,python"}, `["sh", "python"]`},
 	"drain-timeout":           {[]string{"30s"}, `"30s"`},
+	"judge0-callback-allow":   {[]string{"cb.test:443"}, `["cb.test:443"]`},
 	"max-kernels":             {[]string{"3"}, `3`},
 	"kernel-idle":             {[]string{"2m"}, `"2m"`},
 	"fork-server":             {[]string{"false"}, `false`},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sandcell/sandcell/internal/egress"
 )
 
 // Serve is what `sandcell serve` takes besides Config: its transports and
@@ -29,6 +31,11 @@ type Serve struct {
 	// 503, new sessions refused, calls in flight finish) before the runs
 	// left are cancelled; 0 cancels at once.
 	DrainTimeout time.Duration
+	// Judge0CallbackAllow are the host:port pairs Judge0's callback_url
+	// may reach (none: callbacks refused), under the egress proxy's rules
+	// (names only; --egress-host maps a name to a loopback or private
+	// address).
+	Judge0CallbackAllow []string
 }
 
 // AddFlags registers serve's flags on fs.
@@ -39,6 +46,7 @@ func (s *Serve) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.AuthTokenFile, "auth-token-file", s.AuthTokenFile, "require 'Authorization: Bearer TOKEN' on HTTP, TOKEN read from this file")
 	fs.Var(&listValue{p: &s.AllowOrigins}, "allow-origin", "browser Origin allowed on HTTP besides loopback ones (repeatable; * for any)")
 	fs.DurationVar(&s.DrainTimeout, "drain-timeout", s.DrainTimeout, "on SIGTERM/SIGINT, first drain for at most this long: /readyz turns 503, new sessions are refused, requests in flight finish (0: cancel them at once)")
+	fs.Var(&listValue{p: &s.Judge0CallbackAllow, check: callbackTarget}, "judge0-callback-allow", "HOST:PORT a Judge0 submission's callback_url may reach (repeatable; none: callbacks refused; names only, --egress-host maps one to a private address)")
 	fs.Var(&listValue{p: &s.Prebuild, split: true}, "prebuild", "LANG,...: build these languages' layers before accepting calls (repeatable)")
 }
 
@@ -50,6 +58,13 @@ func (s *Serve) Validate() error {
 		return fmt.Errorf("--drain-timeout %s is negative", s.DrainTimeout)
 	}
 	return nil
+}
+
+// callbackTarget checks a --judge0-callback-allow entry as the egress
+// proxy checks its allowlist.
+func callbackTarget(hp string) error {
+	_, err := egress.New(egress.Config{Allow: []string{hp}})
+	return err
 }
 
 // splitList splits a comma-separated flag value.
