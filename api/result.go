@@ -47,6 +47,12 @@ type Phase struct {
 	// without a delegated cgroup (see oci.Enforced). A limit missing from
 	// it was not enforced.
 	LimitsEnforced map[string]string `json:"limits_enforced,omitempty" jsonschema:"each limit that held for this run and how (cgroup, or the rlimit standing in for it on a rootless host); a limit not named was not enforced"`
+	// StdoutBytes and StderrBytes are the same streams as the program
+	// wrote them, uncleaned and without the truncation note, for a client
+	// that asks for bytes (Judge0's base64_encoded: a byte 0xFE stays
+	// 0xFE). Never serialized; nil where a backend keeps none. Read only.
+	StdoutBytes []byte `json:"-"`
+	StderrBytes []byte `json:"-"`
 }
 
 // Result is what one request did: the run phase's verdict and, for a

@@ -93,6 +93,10 @@ func (o *Output) Mute() {
 // Truncated reports whether the stream passed its cap (or broke).
 func (o *Output) Truncated() bool { return o.truncated }
 
+// Bytes is the kept output as the program wrote it (api.Phase's
+// StdoutBytes): not cleaned, not marked. Read only.
+func (o *Output) Bytes() []byte { return o.buf[:len(o.buf):len(o.buf)] }
+
 // Text is the kept output as the result shows it: cleaned (see
 // TextCleaner), and marked when the stream was cut at the cap.
 func (o *Output) Text() string {

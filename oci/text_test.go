@@ -252,3 +252,22 @@ func TestCaptureLiveOutput(t *testing.T) {
 		t.Errorf("text %q has no truncation marker", text)
 	}
 }
+
+// TestOutputBytes: Bytes keeps what the program wrote within the cap, a
+// byte that is not UTF-8 and escapes included (Judge0's base64_encoded),
+// while Text cleans it and marks the cut.
+func TestOutputBytes(t *testing.T) {
+	over := 0
+	o := NewOutput(8, func() { over++ }, nil)
+	o.Write([]byte("a\xfe\x1b[1mb"))
+	o.Write([]byte("cdef"))
+	if got := string(o.Bytes()); got != "a\xfe\x1b[1mbc" || over != 1 {
+		t.Errorf("Bytes %q (over called %d times), want the first 8 bytes as written", got, over)
+	}
+	if txt := o.Text(); !strings.HasPrefix(txt, "a\uFFFDbc") || !strings.Contains(txt, "truncated") {
+		t.Errorf("Text %q, want the cleaned text with the note", txt)
+	}
+	if b := NewOutput(8, func() {}, nil).Bytes(); len(b) != 0 {
+		t.Errorf("an empty stream's Bytes %q", b)
+	}
+}

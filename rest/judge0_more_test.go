@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/egress"
 )
 
@@ -351,5 +352,30 @@ func TestJudge0CallbackBounded(t *testing.T) {
 	err = c.call(context.Background(), "http://slow.test:"+port+"/", []byte("{}"))
 	if err == nil || time.Since(start) > 2*time.Second {
 		t.Errorf("a silent target: %v after %v, want a timeout after 3 tries of 100 ms", err, time.Since(start))
+	}
+}
+
+// TestJudge0BinaryOutput: a byte that is not UTF-8 comes back as that
+// byte with base64_encoded=true (not U+FFFD), and without base64 the
+// submission gets Judge0's documented error.
+func TestJudge0BinaryOutput(t *testing.T) {
+	ts, fe, _ := newTestServer(t, nil)
+	fe.run = func(context.Context, executor.Request) api.Result {
+		return api.Result{Phase: api.Phase{Status: api.StatusOK, Stdout: "a\uFFFDb", StdoutBytes: []byte("a\xfeb\x1b[0m"),
+			Stderr: "", StderrBytes: []byte{}}}
+	}
+	status, _, v := do(t, "POST", ts.URL+"/submissions?wait=true&base64_encoded=true&fields=stdout,stderr", `{"language_id": 71, "source_code": "eA=="}`, nil)
+	m := obj(t, v)
+	if want := base64.StdEncoding.EncodeToString([]byte("a\xfeb\x1b[0m")) + "\n"; status != 201 || m["stdout"] != want || m["stderr"] != nil {
+		t.Errorf("base64: HTTP %d %v, want stdout %q", status, m, want)
+	}
+	status, _, v = do(t, "POST", ts.URL+"/submissions?wait=true&fields=stdout,token", `{"language_id": 71, "source_code": "x"}`, nil)
+	m = obj(t, v)
+	if status != 201 || m["error"] != "some attributes for this submission cannot be converted to UTF-8, use base64_encoded=true query parameter" {
+		t.Errorf("not base64: HTTP %d %v, want Judge0's UTF-8 error", status, m)
+	}
+	status, _, v = do(t, "GET", ts.URL+"/submissions/"+fmt.Sprint(m["token"])+"?fields=stdout", "", nil)
+	if status != 400 || !strings.Contains(fmt.Sprint(obj(t, v)["error"]), "cannot be converted to UTF-8") {
+		t.Errorf("GET not base64: HTTP %d %v", status, v)
 	}
 }

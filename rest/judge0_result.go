@@ -53,7 +53,10 @@ func judge0Judge(in *judge0Input, res api.Result, tr *transcript) judge0Outcome 
 	p := res.Phase
 	t, wt, m := float64(p.CPUTimeMS)/1000, float64(p.ExecutionTimeMS)/1000, p.MemoryPeakBytes>>10
 	o.time, o.wallTime, o.memory = &t, &wt, &m
-	o.stdout, o.stderr = str(p.Stdout), str(p.Stderr)
+	// Judge0 keeps the bytes a program wrote: base64_encoded gives them
+	// back as they were, and without it a stream that is not UTF-8 is
+	// refused (judge0Text). The cleaned text is only a fallback.
+	o.stdout, o.stderr = str(rawOr(p.StdoutBytes, p.Stdout)), str(rawOr(p.StderrBytes, p.Stderr))
 	judged := res
 	if in.redirect {
 		o.stdout, o.stderr = str(tr.phase(false)), nil
@@ -108,6 +111,15 @@ func judge0Judge(in *judge0Input, res api.Result, tr *transcript) judge0Outcome 
 		o.exitSignal = &sig
 	}
 	return o
+}
+
+// rawOr is the bytes a stream was, as a Go string (any bytes), or text
+// where the backend kept none.
+func rawOr(b []byte, text string) string {
+	if b != nil {
+		return string(b)
+	}
+	return text
 }
 
 func cmp(a, b string) string {

@@ -750,6 +750,8 @@ wait:
 	return api.Phase{
 		Stdout:          c.stdout.Text(),
 		Stderr:          c.stderr.Text(),
+		StdoutBytes:     c.stdout.Bytes(),
+		StderrBytes:     c.stderr.Bytes(),
 		ExitCode:        code,
 		Status:          status,
 		ExecutionTimeMS: c.ended.Sub(c.started).Milliseconds(),

@@ -308,6 +308,8 @@ func (r *run) result(stop oci.StopReason, usage limits.Usage) api.Phase {
 	return api.Phase{
 		Stdout:          r.stdout.Text(),
 		Stderr:          r.stderr.Text(),
+		StdoutBytes:     r.stdout.Bytes(),
+		StderrBytes:     r.stderr.Bytes(),
 		ExitCode:        r.exit.Code,
 		Signal:          oci.SignalName(r.exit.Signal),
 		Status:          status,
