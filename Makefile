@@ -16,9 +16,10 @@ LDFLAGS   := -s -w -extldflags=-static -X $(VPKG).release=$(VERSION) -X $(VPKG).
 LAYER_DIR ?= /var/lib/sandcell
 # Debian packages the build, the layers and the tests need (slurm*, munge:
 # the Slurm recipe's test starts a single-node cluster of its own; lintian:
-# the Debian package's test).
+# the Debian package's test; python3-httpx: the official Judge0 Python SDK's
+# HTTP client, conformance/judge0_sdk_test.go).
 APT_PKGS  := gcc libc6-dev libseccomp-dev mmdebstrap busybox-static runc runsc bubblewrap \
-	slurmctld slurmd slurm-client munge lintian
+	slurmctld slurmd slurm-client munge lintian python3-httpx
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin

@@ -292,6 +292,11 @@ func TestHTTPGuardEveryRoute(t *testing.T) {
 		{"GET", "/submissions/batch?tokens=x", "", "error"},
 		{"GET", "/languages", "", "error"},
 		{"GET", "/statuses", "", "error"},
+		{"GET", "/config_info", "", "error"},
+		{"GET", "/system_info", "", "error"},
+		{"GET", "/statistics", "", "error"},
+		{"GET", "/submissions/x/", "", "error"},
+		{"POST", "/submissions/?wait=true", `{"language_id":46,"source_code":"echo hi"}`, "error"},
 	}
 	for _, rt := range routes {
 		for _, tc := range []struct {
