@@ -7,7 +7,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,8 +127,18 @@ func TestJudge0PythonSDK(t *testing.T) {
 // slash, a form body, compiler_options, command_line_arguments and
 // additional_files against real sandboxes.
 func TestJudge0EndpointsEndToEnd(t *testing.T) {
+	got := make(chan map[string]any, 2)
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m map[string]any
+		json.NewDecoder(r.Body).Decode(&m)
+		m["method"] = r.Method
+		got <- m
+	}))
+	defer cb.Close()
+	_, cbPort, _ := net.SplitHostPort(cb.Listener.Addr().String())
 	addr := freeAddr(t)
-	startServer(t, sandcellCommand(t, "--http", addr), addr)
+	startServer(t, sandcellCommandWith(t, []string{"--sessions-dir", sessionsDir(t), "--egress-host", "callback.test=127.0.0.1"},
+		"--http", addr, "--judge0-callback-allow", "callback.test:"+cbPort), addr)
 	requireRuntimes(t, addr, "c", "python")
 	base := "http://" + addr
 	hc := http.DefaultClient
@@ -156,6 +168,26 @@ func TestJudge0EndpointsEndToEnd(t *testing.T) {
 		"language_id=71&source_code="+strings.ReplaceAll("print(6*7)", "(", "%28"), map[string]string{"Content-Type": "application/x-www-form-urlencoded"})
 	if m := jsonObj(v); status != 201 || m["stdout"] != "42\n" {
 		t.Errorf("form body: HTTP %d %v", status, m)
+	}
+	// callback_url: the allowlisted loopback server gets the PUT; a host
+	// not on the list is refused before anything runs.
+	status, _, v = restCall(t, hc, "POST", base+"/submissions",
+		`{"language_id": 71, "source_code": "print(7)", "callback_url": "http://callback.test:`+cbPort+`/r"}`, nil)
+	if status != 201 {
+		t.Errorf("callback submission: HTTP %d %v", status, v)
+	}
+	select {
+	case m := <-got:
+		if m["method"] != "PUT" || m["stdout"] != "Nwo=\n" || m["token"] != jsonObj(v)["token"] {
+			t.Errorf("callback: %v", m)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("no callback within 30 s")
+	}
+	status, _, v = restCall(t, hc, "POST", base+"/submissions",
+		`{"language_id": 71, "source_code": "print(7)", "callback_url": "http://127.0.0.1:`+cbPort+`/r"}`, nil)
+	if status != 422 || !strings.Contains(fmt.Sprint(jsonObj(v)["callback_url"]), "refused") {
+		t.Errorf("callback to an IP: HTTP %d %v, want 422", status, v)
 	}
 	// A byte that is not UTF-8: its Base64, or Judge0's error.
 	status, _, v = restCall(t, hc, "POST", base+"/submissions?wait=true&base64_encoded=true&fields=stdout",
