@@ -156,6 +156,10 @@ func (j *judge0) routes() {
 	m.HandleFunc("GET /languages", j.languages)
 	m.HandleFunc("GET /languages/{id}", j.language)
 	m.HandleFunc("GET /statuses", j.statuses)
+	m.HandleFunc("DELETE /submissions/{token}", func(w http.ResponseWriter, r *http.Request) {
+		// ENABLE_SUBMISSION_DELETE is off in 1.13.1's default configuration.
+		judge0Error(w, http.StatusBadRequest, "delete not allowed")
+	})
 	j.infoRoutes()
 	for _, p := range []string{"/submissions", "/submissions/{token}", "/languages", "/languages/{id}", "/statuses",
 		"/config_info", "/about", "/version", "/system_info", "/workers", "/statistics"} {

@@ -123,6 +123,10 @@ func TestJudge0InfoEndpoints(t *testing.T) {
 		len(statuses) != 1 || obj(t, statuses[0])["count"] != 3.0 || obj(t, st["database"])["size_in_bytes"] == nil {
 		t.Errorf("statistics: HTTP %d %v", status, st)
 	}
+	// DELETE is off, as in 1.13.1's default configuration.
+	if status, _, v := do(t, "DELETE", ts.URL+"/submissions/x", "", nil); status != 400 || obj(t, v)["error"] != "delete not allowed" {
+		t.Errorf("DELETE /submissions/x: HTTP %d %v", status, v)
+	}
 	// The new routes refuse other methods as the old ones do.
 	if status, _, _ := do(t, "POST", ts.URL+"/config_info", "{}", nil); status != 405 {
 		t.Errorf("POST /config_info: HTTP %d, want 405", status)
