@@ -382,4 +382,11 @@ func TestJudge0BinaryOutput(t *testing.T) {
 	if status != 400 || !strings.Contains(fmt.Sprint(obj(t, v)["error"]), "cannot be converted to UTF-8") {
 		t.Errorf("GET not base64: HTTP %d %v", status, v)
 	}
+	// expected_output is compared with the bytes, as Judge0 compares
+	// them: the cleaned text "a\uFFFDb" is not what was printed.
+	_, _, v = do(t, "POST", ts.URL+"/submissions?wait=true&base64_encoded=true&fields=status_id",
+		`{"language_id": 71, "source_code": "eA==", "expected_output": "`+base64.StdEncoding.EncodeToString([]byte("a\uFFFDb"))+`"}`, nil)
+	if obj(t, v)["status_id"] != 4.0 {
+		t.Errorf("expected the cleaned text: %v, want Wrong Answer", v)
+	}
 }

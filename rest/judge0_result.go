@@ -55,9 +55,11 @@ func judge0Judge(in *judge0Input, res api.Result, tr *transcript) judge0Outcome 
 	o.time, o.wallTime, o.memory = &t, &wt, &m
 	// Judge0 keeps the bytes a program wrote: base64_encoded gives them
 	// back as they were, and without it a stream that is not UTF-8 is
-	// refused (judge0Text). The cleaned text is only a fallback.
+	// refused (judge0Text); expected_output is compared with them. The
+	// cleaned text is only a fallback.
 	o.stdout, o.stderr = str(rawOr(p.StdoutBytes, p.Stdout)), str(rawOr(p.StderrBytes, p.Stderr))
 	judged := res
+	judged.Stdout = rawOr(p.StdoutBytes, p.Stdout)
 	if in.redirect {
 		o.stdout, o.stderr = str(tr.phase(false)), nil
 		judged.Stdout = tr.phase(false)
