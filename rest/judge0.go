@@ -156,13 +156,19 @@ func (j *judge0) routes() {
 	m.HandleFunc("GET /languages", j.languages)
 	m.HandleFunc("GET /languages/{id}", j.language)
 	m.HandleFunc("GET /statuses", j.statuses)
-	m.HandleFunc("DELETE /submissions/{token}", func(w http.ResponseWriter, r *http.Request) {
-		// ENABLE_SUBMISSION_DELETE is off in 1.13.1's default configuration.
-		judge0Error(w, http.StatusBadRequest, "delete not allowed")
-	})
+	// Listing and deleting submissions need Judge0's authorization token
+	// (authorize_request); 1.13.1's default configuration has none, so it
+	// answers 403 with no body, and so does sandcell, which has none.
+	// authenticate answers 200 once the request passed authentication
+	// (here: Options.Guard), authorize 403 for the same reason.
+	forbidden := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusForbidden) }
+	m.HandleFunc("GET /submissions", forbidden)
+	m.HandleFunc("DELETE /submissions/{token}", forbidden)
+	m.HandleFunc("POST /authorize", forbidden)
+	m.HandleFunc("POST /authenticate", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	j.infoRoutes()
 	for _, p := range []string{"/submissions", "/submissions/{token}", "/languages", "/languages/{id}", "/statuses",
-		"/config_info", "/about", "/version", "/system_info", "/workers", "/statistics"} {
+		"/config_info", "/about", "/version", "/system_info", "/workers", "/statistics", "/authenticate", "/authorize"} {
 		m.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			judge0Error(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path))
 		})
