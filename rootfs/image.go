@@ -29,6 +29,7 @@ import (
 //
 // Layout, S = Dir/rootfs:
 //
+//	S/images/layers/<hex>/             mode 0700: no host user but the store's owner reaches a layer
 //	S/images/layers/<hex>/root/        an unpacked layer (<hex>: its diff id), never modified once there
 //	S/images/layers/<hex>/layer.json   what unpacking it found (ImageLayer)
 //	S/images/refs/<namehash>.json      an imported image (Image), <namehash> the SHA-256 of its name
@@ -54,7 +55,9 @@ import (
 // (file capabilities) are dropped and counted; what an import may unpack
 // is bounded (ImportOptions: bytes decompressed and apparent, entries,
 // path depth, layers), so a decompression bomb or a 10 GB sparse file is
-// refused, and what was unpacked of it removed. Every blob is verified
+// refused, and what was unpacked of it removed. A layer keeps the image's
+// modes (the sandbox sees them), world-writable ones included, behind
+// its 0700 directory (closeLayerDir). Every blob is verified
 // against its digest before it is used. A run in an image is locked down
 // exactly like a run in a language layer: the image changes the root
 // filesystem, never the isolation, the limits or the network.
@@ -392,7 +395,7 @@ func (s *Store) importLayer(ctx context.Context, src *imageSource, l layerBlob, 
 	if err := writeJSONFile(filepath.Join(tmp, layerRecord), rec); err != nil {
 		return ImageLayer{}, false, err
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	if err := closeLayerDir(tmp); err != nil {
 		return ImageLayer{}, false, err
 	}
 	if err := syncfs(tmp); err != nil {
@@ -405,6 +408,28 @@ func (s *Store) importLayer(ctx context.Context, src *imageSource, l layerBlob, 
 	s.log().Info("image layer unpacked", "layer", l.diffID, "bytes", tree.Bytes, "entries", tree.Entries,
 		"neutralised", res.n.Total(), "ms", rec.UnpackMS)
 	return rec, false, nil
+}
+
+// closeLayerDir makes an image layer's directory (layers/<hex>, which
+// holds root/ and layer.json) mode 0700. An image's files keep the modes
+// its tar gives them, 0777 directories and 0666 files included, because
+// that is what the sandbox must see (stat in a run shows the image's
+// modes, as under docker). Without this parent, every local user could
+// write into a digest-checked layer through the store path, and so into
+// every later run of the image (a local user poisoning a shared image,
+// issue #37). Only the overlay reaches the layer: the kernel resolves a
+// lowerdir with the mounter's credentials (root, or the user namespace's
+// root that owns a rootless store) and reads it with them, so runs in
+// user namespaces still see it; nothing else opens a layer's path.
+func closeLayerDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm() == 0o700 {
+		return nil
+	}
+	return os.Chmod(dir, 0o700)
 }
 
 // imageLayer reads the record of unpacked layer h (hex digits).
@@ -597,6 +622,10 @@ func (s *Store) ImageRoot(name string) (string, Image, error) {
 	for _, l := range st.layers[1:] {
 		if _, err := os.Stat(l.root()); err != nil {
 			return "", Image{}, fmt.Errorf("image %s: layer %.19s: %w (import the image again)", name, "sha256:"+l.hex, err)
+		}
+		// A layer unpacked before its directory was closed.
+		if err := closeLayerDir(filepath.Dir(l.root())); err != nil {
+			return "", Image{}, fmt.Errorf("image %s: layer %.19s: %w", name, "sha256:"+l.hex, err)
 		}
 	}
 	point, err := s.mountStack(key, st)

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -656,4 +657,56 @@ func TestCatalogueImageLanguage(t *testing.T) {
 	if err := s.Verify(ctx, lang); err != nil {
 		t.Errorf("Verify: %v", err)
 	}
+}
+
+// TestImageLayersClosedToHostUsers: an image's world-writable directories
+// and files keep their modes in the sandbox's view, but no other host user
+// can reach them in the store: a layer's directory is 0700 (issue #37).
+// A store whose layer directory is open (imported before) is closed when
+// its root is mounted.
+func TestImageLayersClosedToHostUsers(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	top := t.TempDir()
+	for _, d := range []string{top, filepath.Dir(top)} {
+		if err := os.Chmod(d, 0o755); err != nil { // traversable, as a store's parents are
+			t.Fatal(err)
+		}
+	}
+	s := &Store{Dir: filepath.Join(top, "store")}
+	t.Cleanup(func() { s.Close() })
+	img := testutil.OCIImage(t, ggcr.Config{}, tarOf(t, modeE(dirE("pub"), 0o777), modeE(fileE("pub/f", "x"), 0o666)))
+	got, err := s.ImportImage(ctx, testutil.WriteLayout(t, filepath.Join(top, "layout"), img, "open:1"), ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := filepath.Join(s.Dir, "rootfs/images/layers", hexID(got.Layers[0]))
+	asNobody := func() {
+		t.Helper()
+		cmd := exec.Command("/bin/sh", "-c", `echo >"$1/pub/new" || echo >>"$1/pub/f"`, "sh", filepath.Join(layer, "root"))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		if out, err := cmd.CombinedOutput(); err == nil {
+			t.Errorf("another host user (uid 65534) wrote into the imported layer at %s: %s", layer, out)
+		}
+		if fi, err := os.Stat(layer); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("layer directory %s: %v %v, want mode 0700", layer, fi.Mode(), err)
+		}
+	}
+	asNobody()
+	root, _, err := s.ImageRoot("open:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffTree(t, "the sandbox's view", treeOf(t, root), map[string]string{"pub": "d 777", "pub/f": "f 666 x"})
+
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(layer, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ImageRoot("open:1"); err != nil {
+		t.Fatal(err)
+	}
+	asNobody()
 }
