@@ -336,6 +336,9 @@ func TestImportMultiLayer(t *testing.T) {
 	if n := mountCount(t, root); n != 0 {
 		t.Errorf("%d mounts left at %s after the images were removed", n, root)
 	}
+	if ents, _ := os.ReadDir(filepath.Join(s.Dir, "rootfs/locks")); len(ents) != 0 {
+		t.Errorf("rootfs/locks holds %v after the images were removed and pruned; want nothing", ents)
+	}
 }
 
 func TestImportHostile(t *testing.T) {
