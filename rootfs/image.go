@@ -55,7 +55,9 @@ import (
 // (file capabilities) are dropped and counted; what an import may unpack
 // is bounded (ImportOptions: bytes decompressed and apparent, entries,
 // path depth, layers), so a decompression bomb or a 10 GB sparse file is
-// refused, and what was unpacked of it removed. A layer keeps the image's
+// refused, and what was unpacked of it removed; every new layer's headers
+// are counted (scanLayers) before any is unpacked, so nothing is written
+// of an image over its bounds. A layer keeps the image's
 // modes (the sandbox sees them), world-writable ones included, behind
 // its 0700 directory (closeLayerDir). Every blob is verified
 // against its digest before it is used. A run in an image is locked down
@@ -254,7 +256,15 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 	img := Image{Format: imageFormat, Name: name, Source: ri.kind, Digest: ri.manifest, ConfigDigest: ri.configID,
 		Config: imageConfig(ri)}
 	img.Report.Layers = len(ri.layers)
-	b := &budget{maxStream: opts.MaxBytes, maxBytes: opts.MaxBytes, maxEntries: opts.MaxEntries, maxDepth: opts.MaxDepth}
+	newBudget := func() *budget {
+		return &budget{maxStream: opts.MaxBytes, maxBytes: opts.MaxBytes, maxEntries: opts.MaxEntries, maxDepth: opts.MaxDepth}
+	}
+	if err := s.scanLayers(ctx, src, ri.layers, newBudget()); err != nil {
+		return Image{}, fmt.Errorf("image %s: %w (nothing was unpacked)", name, err)
+	}
+	// Unpacking counts again, against a budget of its own: the file may
+	// have changed since the scan (its digests are checked again too).
+	b := newBudget()
 	for i, l := range ri.layers {
 		if slices.Contains(img.Layers, l.diffID) {
 			// The same layer twice (an empty layer repeated): once in the
@@ -294,6 +304,36 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 	s.log().Info("image imported", "image", name, "layers", img.Report.Layers, "unpacked", img.Report.Unpacked,
 		"shared", img.Report.Shared, "bytes", img.Bytes, "neutralised", img.Report.Neutralised.Total(), "seconds", img.Report.Seconds)
 	return img, nil
+}
+
+// scanLayers reads the tar headers of the layers the store lacks and
+// checks their digests, counting them against b (scanLayer), before any
+// is unpacked.
+func (s *Store) scanLayers(ctx context.Context, src *imageSource, layers []layerBlob, b *budget) error {
+	seen := map[string]bool{}
+	for i, l := range layers {
+		h := hexID(l.diffID)
+		if seen[h] {
+			continue
+		}
+		seen[h] = true
+		if _, err := s.imageLayer(h); err == nil {
+			continue // unpacked already: costs nothing
+		}
+		stream, err := src.openLayer(l, b)
+		if err != nil {
+			return fmt.Errorf("layer %d of %d: %w", i+1, len(layers), err)
+		}
+		err = scanLayer(ctx, stream.tar, b)
+		if err == nil {
+			err = stream.finish()
+		}
+		stream.close()
+		if err != nil {
+			return fmt.Errorf("layer %d of %d: %w", i+1, len(layers), layerErr(l, err))
+		}
+	}
+	return nil
 }
 
 // checkOverlayOptions refuses an image whose overlay (the skeleton and its

@@ -518,12 +518,7 @@ func TestImportBounds(t *testing.T) {
 			if !errors.Is(err, ErrImageTooLarge) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("import: %v; want ErrImageTooLarge saying %q", err, c.want)
 			}
-			// Nothing of it kept: no layer, no record, no temporary tree.
-			for _, sub := range []string{"rootfs/tmp", "rootfs/images/layers", "rootfs/images/refs"} {
-				if ents, _ := os.ReadDir(filepath.Join(s.Dir, sub)); len(ents) != 0 {
-					t.Errorf("%s holds %d entries after a refused import", sub, len(ents))
-				}
-			}
+			noneKept(t, s)
 		})
 	}
 	// The store never held more than a bound's worth: its disk use is
@@ -540,6 +535,70 @@ func TestImportBounds(t *testing.T) {
 	if used > 100<<20 {
 		t.Errorf("the store uses %d bytes after refused imports", used)
 	}
+}
+
+// TestImportBudgetBeforeWriting: nine sparse files of 32 MiB each (a few
+// KB of tar) against a budget of 256 MiB are refused before a byte of
+// them is written: the headers of every layer are read and summed first
+// (issue #37: nine 1 GiB files were refused only after 8.6 GB were
+// written).
+func TestImportBudgetBeforeWriting(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	top := t.TempDir()
+	s := &Store{Dir: filepath.Join(top, "store")}
+	t.Cleanup(func() { s.Close() })
+	const size = 32 << 20
+	var layer []byte
+	for i := range 9 {
+		f := gnuSparse(fmt.Sprintf("f%d", i), size)
+		layer = append(layer, f[:len(f)-1024]...) // without the end-of-archive blocks
+	}
+	layer = append(layer, make([]byte, 1024)...)
+	// A first layer that fits, so that the refused one is not the first.
+	file := testutil.WriteDockerArchive(t, filepath.Join(top, "sparse.tar"),
+		testutil.OCIImage(t, ggcr.Config{}, tarOf(t, fileE("small", "x")), layer), "sparse:9")
+	before := procWritten(t)
+	_, err := s.ImportImage(ctx, file, ImportOptions{MaxBytes: 8 * size})
+	written := procWritten(t) - before
+	t.Logf("refused: %v (%d bytes written)", err, written)
+	if !errors.Is(err, ErrImageTooLarge) || !strings.Contains(err.Error(), "as their tar headers declare") || !strings.Contains(err.Error(), `"f7"`) {
+		t.Errorf("import: %v; want ErrImageTooLarge naming the headers' total and the entry past the budget (f7: the first layer took a byte)", err)
+	}
+	if written > size {
+		t.Errorf("the refused import wrote %d bytes, more than one of its files (%d)", written, size)
+	}
+	noneKept(t, s)
+}
+
+// noneKept checks that a refused import kept nothing: no layer, no
+// record, no temporary tree.
+func noneKept(t testing.TB, s *Store) {
+	t.Helper()
+	for _, sub := range []string{"rootfs/tmp", "rootfs/images/layers", "rootfs/images/refs"} {
+		if ents, _ := os.ReadDir(filepath.Join(s.Dir, sub)); len(ents) != 0 {
+			t.Errorf("%s holds %d entries after a refused import", sub, len(ents))
+		}
+	}
+}
+
+// procWritten is the bytes this process passed to write(2) and the like
+// (/proc/self/io's wchar, all threads).
+func procWritten(t testing.TB) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "wchar: "); ok {
+			var n int64
+			fmt.Sscan(v, &n)
+			return n
+		}
+	}
+	t.Fatalf("no wchar in /proc/self/io: %s", b)
+	return 0
 }
 
 func TestImportRefusesBadImages(t *testing.T) {
