@@ -1,6 +1,8 @@
 package rootfs
 
 import (
+	"archive/tar"
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -12,11 +14,13 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 )
 
@@ -118,8 +122,15 @@ type Image struct {
 	Digest       string `json:"digest,omitempty"`
 	ConfigDigest string `json:"config_digest"`
 	// Layers are its layers' diff ids, bottom first.
-	Layers []string    `json:"layers"`
-	Config ImageConfig `json:"config"`
+	Layers []string `json:"layers"`
+	// Workdir is the diff id of a layer sandcell put on top of them
+	// holding the config's WorkingDir, which the image's layers lack (""
+	// when they have it): docker's runtime makes a missing working
+	// directory when a container starts, but a sandbox's root is
+	// read-only, so the import makes it (owned by root, mode 0755, as
+	// runc's mkdir does).
+	Workdir string      `json:"workdir_layer,omitempty"`
+	Config  ImageConfig `json:"config"`
 	// Bytes and Entries are the size of its unpacked layers (shared ones
 	// included).
 	Bytes   int64 `json:"bytes"`
@@ -275,7 +286,7 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 		if opts.Progress != nil {
 			opts.Progress(i+1, len(ri.layers), l.diffID)
 		}
-		rec, shared, err := s.importLayer(ctx, src, l, b)
+		rec, shared, err := s.importLayer(ctx, l, func() (*layerStream, error) { return src.openLayer(l, b) }, b)
 		if err != nil {
 			return Image{}, fmt.Errorf("image %s, layer %d of %d: %w", name, i+1, len(ri.layers), err)
 		}
@@ -290,6 +301,9 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 		img.Report.Whiteouts += rec.Whiteouts
 		img.Report.Opaque += len(rec.Opaque)
 		img.Report.Neutralised.add(rec.Neutralised)
+	}
+	if err := s.addWorkdir(ctx, &img, b); err != nil {
+		return Image{}, fmt.Errorf("image %s: its WorkingDir %q: %w", name, img.Config.WorkingDir, err)
 	}
 	img.Imported = time.Now().UTC()
 	img.Report.Seconds = time.Since(start).Round(time.Millisecond).Seconds()
@@ -375,9 +389,74 @@ func imageConfig(ri resolvedImage) ImageConfig {
 	return out
 }
 
-// importLayer returns the record of layer l, unpacking it first unless the
-// store has it. One unpacker per layer, across processes (flock).
-func (s *Store) importLayer(ctx context.Context, src *imageSource, l layerBlob, b *budget) (ImageLayer, bool, error) {
+// addWorkdir gives img the layer with its WorkingDir (Image.Workdir) when
+// its layers lack it: the directory and its missing parents (mode 0755,
+// owned by root), and its parents that exist with the modes and times
+// they have, so the merged root shows them unchanged. A WorkingDir that
+// is there (of any type: a file there is refused when a run starts), is
+// not absolute, or lies below a runtime mountpoint (/work, /tmp...: a
+// run mounts afresh over it) gets no layer. Symlinks on the way are
+// resolved within the image's root: the layer holds the real path.
+func (s *Store) addWorkdir(ctx context.Context, img *Image, b *budget) error {
+	wd := img.Config.WorkingDir
+	if wd == "" || !path.IsAbs(wd) || BelowMountpoint(wd) != "" {
+		return nil
+	}
+	root, err := s.mountImage(*img)
+	if err != nil {
+		return err
+	}
+	host, err := securejoin.SecureJoin(root, wd)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(host); !errors.Is(err, fs.ErrNotExist) {
+		return nil // there, or not a directory's path (refused at run time)
+	}
+	rel, err := filepath.Rel(root, host)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("resolves to %s, outside the image's root", host)
+	}
+	if BelowMountpoint("/"+rel) != "" {
+		return nil
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	cur := ""
+	for c := range strings.SplitSeq(rel, "/") {
+		cur = path.Join(cur, c)
+		h := &tar.Header{Name: cur + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		if fi, err := os.Lstat(filepath.Join(root, cur)); err == nil {
+			h.Mode, h.ModTime = int64(fi.Mode().Perm()), fi.ModTime()
+			if fi.Mode()&fs.ModeSticky != 0 {
+				h.Mode |= 0o1000
+			}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	data := buf.Bytes()
+	sum := sha256.Sum256(data)
+	l := layerBlob{diffID: "sha256:" + hex.EncodeToString(sum[:]), size: int64(len(data)), mediaType: "application/vnd.oci.image.layer.v1.tar"}
+	open := func() (*layerStream, error) {
+		return &layerStream{tar: &streamCounter{r: bytes.NewReader(data), b: b}, finish: func() error { return nil }, close: func() {}}, nil
+	}
+	if _, _, err := s.importLayer(ctx, l, open, b); err != nil {
+		return err
+	}
+	img.Workdir = l.diffID
+	s.log().Info("made the image's missing WorkingDir", "image", img.Name, "dir", wd, "layer", l.diffID)
+	return nil
+}
+
+// importLayer returns the record of layer l, unpacking it first (from the
+// stream open gives) unless the store has it. One unpacker per layer,
+// across processes (flock).
+func (s *Store) importLayer(ctx context.Context, l layerBlob, open func() (*layerStream, error), b *budget) (ImageLayer, bool, error) {
 	dir, err := s.dir()
 	if err != nil {
 		return ImageLayer{}, false, err
@@ -413,7 +492,7 @@ func (s *Store) importLayer(ctx context.Context, src *imageSource, l layerBlob, 
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return ImageLayer{}, false, err
 	}
-	stream, err := src.openLayer(l, b)
+	stream, err := open()
 	if err != nil {
 		return ImageLayer{}, false, err
 	}
@@ -613,6 +692,15 @@ func (s *Store) RemoveImage(ctx context.Context, name string) error {
 	return err
 }
 
+// stackLayers are the diff ids of the image's root, bottom first: its
+// layers and sandcell's WorkingDir layer.
+func (img Image) stackLayers() []string {
+	if img.Workdir == "" {
+		return img.Layers
+	}
+	return append(slices.Clone(img.Layers), img.Workdir)
+}
+
 // imageStack is the image's overlay stack, top first: the skeleton, then
 // its layers from the top one down.
 func (s *Store) imageStack(img Image) (stack, error) {
@@ -628,10 +716,10 @@ func (s *Store) imageStack(img Image) (stack, error) {
 		return stack{}, fmt.Errorf("image %s: the skeleton layer is missing (import the image again)", img.Name)
 	}
 	st := stack{layers: []layerRef{skel}}
-	for i := len(img.Layers) - 1; i >= 0; i-- {
-		h := hexID(img.Layers[i])
+	for _, id := range slices.Backward(img.stackLayers()) {
+		h := hexID(id)
 		if !hexRE().MatchString(h) {
-			return stack{}, fmt.Errorf("image %s: bad layer id %q", img.Name, img.Layers[i])
+			return stack{}, fmt.Errorf("image %s: bad layer id %q", img.Name, id)
 		}
 		st.layers = append(st.layers, layerRef{hex: h, store: filepath.Join(dir, imagesDir)})
 	}
@@ -649,30 +737,35 @@ func (s *Store) ImageRoot(name string) (string, Image, error) {
 	if err != nil {
 		return "", Image{}, err
 	}
-	st, err := s.imageStack(img)
-	if err != nil {
-		return "", Image{}, err
-	}
-	// The cache key names the stack: an image imported again under the
-	// same name with other layers gets its new root.
-	key := Language{Name: "image " + name + " " + st.rootID()}
-	if point, ok := s.cachedRoot(key); ok {
-		return point, img, nil
-	}
-	for _, l := range st.layers[1:] {
-		if _, err := os.Stat(l.root()); err != nil {
-			return "", Image{}, fmt.Errorf("image %s: layer %.19s: %w (import the image again)", name, "sha256:"+l.hex, err)
-		}
-		// A layer unpacked before its directory was closed.
-		if err := closeLayerDir(filepath.Dir(l.root())); err != nil {
-			return "", Image{}, fmt.Errorf("image %s: layer %.19s: %w", name, "sha256:"+l.hex, err)
-		}
-	}
-	point, err := s.mountStack(key, st)
+	point, err := s.mountImage(img)
 	if err != nil {
 		return "", Image{}, err
 	}
 	return point, img, nil
+}
+
+// mountImage mounts img's root (or finds it mounted).
+func (s *Store) mountImage(img Image) (string, error) {
+	st, err := s.imageStack(img)
+	if err != nil {
+		return "", err
+	}
+	// The cache key names the stack: an image imported again under the
+	// same name with other layers gets its new root.
+	key := Language{Name: "image " + img.Name + " " + st.rootID()}
+	if point, ok := s.cachedRoot(key); ok {
+		return point, nil
+	}
+	for _, l := range st.layers[1:] {
+		if _, err := os.Stat(l.root()); err != nil {
+			return "", fmt.Errorf("image %s: layer %.19s: %w (import the image again)", img.Name, "sha256:"+l.hex, err)
+		}
+		// A layer unpacked before its directory was closed.
+		if err := closeLayerDir(filepath.Dir(l.root())); err != nil {
+			return "", fmt.Errorf("image %s: layer %.19s: %w", img.Name, "sha256:"+l.hex, err)
+		}
+	}
+	return s.mountStack(key, st)
 }
 
 // VerifyImage re-hashes the image's layers and checks their opaque
@@ -771,7 +864,7 @@ func (s *Store) pruneImageLayers(res *Pruned) error {
 	}
 	used := map[string]bool{}
 	for _, img := range imgs {
-		for _, l := range img.Layers {
+		for _, l := range img.stackLayers() {
 			used[hexID(l)] = true
 		}
 	}

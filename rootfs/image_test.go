@@ -772,3 +772,55 @@ func TestImageLayersClosedToHostUsers(t *testing.T) {
 	}
 	asNobody()
 }
+
+// TestImportMakesMissingWorkingDir: an image whose WorkingDir its layers
+// lack gets it, as docker makes it when a container starts (issue #37: a
+// run in it ended in internal_error), in a layer of sandcell's on top of
+// the image's: a directory of root, mode 0755, below the real path of a
+// symlink on the way; the parents it has keep their modes. An image that
+// has its WorkingDir, or names one below a runtime mountpoint, gets none.
+func TestImportMakesMissingWorkingDir(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	s := fakeStore(t)
+	work := t.TempDir()
+	layer := tarOf(t, modeE(dirE("opt"), 0o775), linkE("data", "/opt"), dirE("app"), fileE("app/file", "x"))
+	for _, c := range []struct {
+		wd   string
+		want map[string]string // the root's entries besides the layer's; nil: no layer of sandcell's
+	}{
+		{"/srv/app", map[string]string{"srv": "d 755", "srv/app": "d 755"}},
+		{"/data/sub/dir", map[string]string{"opt/sub": "d 755", "opt/sub/dir": "d 755"}},
+		{"/app", nil},
+		{"/app/file", nil},
+		{"/work/app", nil},
+	} {
+		name := "wd" + strings.ReplaceAll(c.wd, "/", "-")
+		img := testutil.OCIImage(t, ggcr.Config{WorkingDir: c.wd, Entrypoint: []string{"/bin/sh"}}, layer)
+		got, err := s.ImportImage(ctx, testutil.WriteLayout(t, filepath.Join(work, name), img, name+":1"), ImportOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.wd, err)
+		}
+		if (got.Workdir != "") != (c.want != nil) || len(got.Layers) != 1 {
+			t.Errorf("%s: Workdir %q, layers %v; want a layer of sandcell's: %v", c.wd, got.Workdir, got.Layers, c.want != nil)
+		}
+		root, _, err := s.ImageRoot(got.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"opt": "d 775", "data": "l /opt", "app": "d 755", "app/file": "f 644 x"}
+		maps.Copy(want, c.want)
+		diffTree(t, c.wd, treeOf(t, root), want)
+		if err := s.VerifyImage(ctx, got.Name); err != nil {
+			t.Errorf("%s: VerifyImage: %v", c.wd, err)
+		}
+	}
+	for _, img := range []string{"wd-srv-app", "wd-data-sub-dir", "wd-app", "wd-app-file", "wd-work-app"} {
+		if err := s.RemoveImage(ctx, img+":1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := s.Prune(ctx); err != nil || len(res.Layers) != 3 {
+		t.Errorf("Prune with no image: removed %v, %v; want the image's layer and sandcell's two", res.Layers, err)
+	}
+}
