@@ -270,6 +270,7 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 	newBudget := func() *budget {
 		return &budget{maxStream: opts.MaxBytes, maxBytes: opts.MaxBytes, maxEntries: opts.MaxEntries, maxDepth: opts.MaxDepth}
 	}
+	s.log().Info("reading the layers' headers before unpacking", "image", name, "layers", len(ri.layers))
 	if err := s.scanLayers(ctx, src, ri.layers, newBudget()); err != nil {
 		return Image{}, fmt.Errorf("image %s: %w (nothing was unpacked)", name, err)
 	}

@@ -171,8 +171,12 @@ func TestImageMissingPaths(t *testing.T) {
 		"pynoent": {Entrypoint: []string{"/opt/none/run"}, WorkingDir: "/app"},
 	} {
 		layout := testutil.WriteLayout(t, filepath.Join(t.TempDir(), "layout"), testutil.OCIImage(t, cfg, layers...), name+":1")
-		if code, _, errOut := h("image", "import", layout, "--name", name); code != 0 {
+		code, out, errOut := h("image", "import", layout, "--name", name)
+		if code != 0 {
 			t.Fatalf("image import %s: exit %d: %s", name, code, errOut)
+		}
+		if made := strings.Contains(out, "made its WorkingDir /srv/made, which its layers lack"); made != (name == "pywd") {
+			t.Errorf("image import %s says it made the WorkingDir: %v, want %v:\n%s", name, made, name == "pywd", out)
 		}
 	}
 	if code, out, errOut := h("run", "--image", "pywd", "--", "x"); code != 0 || out != "entry /srv/made ['x'] None 1000\n" {
