@@ -241,7 +241,8 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 	if err != nil {
 		return Image{}, err
 	}
-	if err := s.checkOverlayOptions(dir, len(ri.layers)); err != nil {
+	// One more for the layer a missing WorkingDir may need (addWorkdir).
+	if err := s.checkOverlayOptions(dir, len(ri.layers)+1); err != nil {
 		return Image{}, err
 	}
 	for _, d := range []string{filepath.Join(dir, locksDir), filepath.Join(dir, tmpDir), filepath.Join(dir, imagesDir, layersDir), filepath.Join(dir, imagesDir, refsDir)} {
@@ -407,6 +408,13 @@ func (s *Store) addWorkdir(ctx context.Context, img *Image, b *budget) error {
 	if err != nil {
 		return err
 	}
+	// The root is not live until the image is recorded: another process's
+	// removeRoots may unmount it meanwhile, and an empty directory lacks
+	// every path. The overlay's device must be the same once it is read.
+	var before unix.Stat_t
+	if err := unix.Stat(root, &before); err != nil {
+		return err
+	}
 	host, err := securejoin.SecureJoin(root, wd)
 	if err != nil {
 		return err
@@ -439,6 +447,16 @@ func (s *Store) addWorkdir(ctx context.Context, img *Image, b *budget) error {
 	}
 	if err := tw.Close(); err != nil {
 		return err
+	}
+	var after, parent unix.Stat_t
+	if err := unix.Stat(root, &after); err != nil {
+		return err
+	}
+	if err := unix.Stat(filepath.Dir(root), &parent); err != nil {
+		return err
+	}
+	if after.Dev != before.Dev || after.Dev == parent.Dev {
+		return fmt.Errorf("the image's root at %s was unmounted while it was read (by another sandcell): import again", root)
 	}
 	data := buf.Bytes()
 	sum := sha256.Sum256(data)
