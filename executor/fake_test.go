@@ -210,11 +210,18 @@ func (s *fakeStore) Image(name string) (rootfs.Image, error) {
 	return im, err
 }
 
-// addImage makes an image whose root has the given executables.
+// addImage makes an image whose root has the given executables (and
+// directories: the names ending in "/").
 func (s *fakeStore) addImage(t *testing.T, name string, cfg rootfs.ImageConfig, programs ...string) {
 	root := t.TempDir()
 	for _, p := range programs {
 		host := filepath.Join(root, p)
+		if strings.HasSuffix(p, "/") {
+			if err := os.MkdirAll(host, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {
 			t.Fatal(err)
 		}

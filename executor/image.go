@@ -1,7 +1,10 @@
 package executor
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"slices"
@@ -66,6 +69,53 @@ func (r *imageRun) entrypoint(args []string) ([]string, error) {
 	return argv, nil
 }
 
+// checkOwn refuses a run of the image's own program (argv, resolved) when
+// the image lacks what its config names: the WorkingDir, or the program
+// of its Entrypoint or Cmd (or the request's, in Cmd's place). The image
+// is at fault, not sandcell, so the request is refused naming the path
+// before a sandbox starts, where runc's chdir or exec would fail as an
+// internal error (issue #37). A program without a slash is looked up on
+// the image's PATH, one with a slash in the WorkingDir, as execvp does.
+func (r *imageRun) checkOwn(argv, args []string) error {
+	c := r.img.Config
+	wd := cmp.Or(c.WorkingDir, "/")
+	if !path.IsAbs(wd) {
+		return fmt.Errorf("%w %s: its WorkingDir %q is not an absolute path", ErrImage, r.img.Name, wd)
+	}
+	if mp := rootfs.BelowMountpoint(wd); mp != "" {
+		return fmt.Errorf("%w %s: its WorkingDir %q is below %s, which every run mounts afresh (the image's files there are not seen)",
+			ErrImage, r.img.Name, wd, mp)
+	}
+	if !r.isDir(wd) {
+		hint := ""
+		if _, err := r.stat(wd); errors.Is(err, fs.ErrNotExist) {
+			hint = " (sandcell makes a missing WorkingDir when it imports an image, as docker does when it starts one: import it again)"
+		}
+		return fmt.Errorf("%w %s: its WorkingDir %q is not a directory in the image%s", ErrImage, r.img.Name, c.WorkingDir, hint)
+	}
+	whose := "its Cmd's program"
+	switch {
+	case len(c.Entrypoint) > 0:
+		whose = "its Entrypoint's program"
+	case len(args) > 0:
+		whose = "the program"
+	}
+	prog := argv[0]
+	switch {
+	case path.IsAbs(prog):
+		if !r.executable(prog) {
+			return fmt.Errorf("%w %s: %s %q is not an executable file in the image", ErrImage, r.img.Name, whose, prog)
+		}
+	case strings.Contains(prog, "/"):
+		if !r.executable(path.Join(wd, prog)) {
+			return fmt.Errorf("%w %s: %s %q is not an executable file in the image (resolved in its WorkingDir %s)", ErrImage, r.img.Name, whose, prog, wd)
+		}
+	case r.lookPath(prog) == "":
+		return fmt.Errorf("%w %s: %s %q is not an executable file on the image's PATH (%s)", ErrImage, r.img.Name, whose, prog, r.path())
+	}
+	return nil
+}
+
 // env is the image's environment (without HOME: it stays /work).
 func (r *imageRun) env() []string { return slices.Clone(r.img.Config.Env) }
 
@@ -91,26 +141,45 @@ func (r *imageRun) resolve(argv []string) []string {
 	if r == nil || len(argv) == 0 || !path.IsAbs(argv[0]) || r.executable(argv[0]) {
 		return argv
 	}
-	base := path.Base(argv[0])
-	for dir := range strings.SplitSeq(r.path(), ":") {
-		if !path.IsAbs(dir) {
-			continue
-		}
-		if p := path.Join(dir, base); r.executable(p) {
-			out := slices.Clone(argv)
-			out[0] = p
-			return out
-		}
+	if p := r.lookPath(path.Base(argv[0])); p != "" {
+		out := slices.Clone(argv)
+		out[0] = p
+		return out
 	}
 	return argv
 }
 
-// executable reports whether p is an executable regular file of the image.
-func (r *imageRun) executable(p string) bool {
+// lookPath is the executable file name on the image's PATH ("": none).
+func (r *imageRun) lookPath(name string) string {
+	for dir := range strings.SplitSeq(r.path(), ":") {
+		if !path.IsAbs(dir) {
+			continue
+		}
+		if p := path.Join(dir, name); r.executable(p) {
+			return p
+		}
+	}
+	return ""
+}
+
+// hostPath stats the image's p, symlinks resolved within the image's
+// root (securejoin), never onto the host.
+func (r *imageRun) stat(p string) (fs.FileInfo, error) {
 	host, err := securejoin.SecureJoin(r.root, p)
 	if err != nil {
-		return false
+		return nil, err
 	}
-	fi, err := os.Stat(host)
+	return os.Stat(host)
+}
+
+// executable reports whether p is an executable regular file of the image.
+func (r *imageRun) executable(p string) bool {
+	fi, err := r.stat(p)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// isDir reports whether p is a directory of the image.
+func (r *imageRun) isDir(p string) bool {
+	fi, err := r.stat(p)
+	return err == nil && fi.IsDir()
 }

@@ -205,6 +205,11 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 		runArgs = append(slices.Clone(runArgs), req.Args...)
 	}
 	p.Run.Args = img.resolve(runArgs)
+	if own {
+		if err := img.checkOwn(p.Run.Args, req.Args); err != nil {
+			return err
+		}
+	}
 	if len(compileArgs) == 0 {
 		return nil
 	}

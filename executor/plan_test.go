@@ -412,7 +412,7 @@ func TestInstall(t *testing.T) {
 func TestImage(t *testing.T) {
 	r := newRig(t)
 	r.store.addImage(t, "app", rootfs.ImageConfig{Env: []string{"PATH=/usr/local/bin:/usr/bin", "APP=1", "PYTHONUNBUFFERED=image"},
-		Entrypoint: []string{"/usr/local/bin/app"}, Cmd: []string{"--serve"}, WorkingDir: "/srv"}, "usr/local/bin/app", "usr/local/bin/python3")
+		Entrypoint: []string{"/usr/local/bin/app"}, Cmd: []string{"--serve"}, WorkingDir: "/srv"}, "usr/local/bin/app", "usr/local/bin/python3", "srv/")
 	r.store.addImage(t, "bare", rootfs.ImageConfig{})
 	if _, err := r.Execute(context.Background(), Request{Request: api.Request{Image: "app"}}); err != nil {
 		t.Fatal(err)

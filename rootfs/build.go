@@ -523,23 +523,66 @@ func tryLock(path string) (unlock func(), ok bool, err error) {
 	return tryLockMode(path, false)
 }
 
+// tryLockMode takes an flock(2) on path, exclusive or shared, without
+// waiting. An exclusive holder removes the file as it unlocks, so a lock
+// file lives only while it is held (store.lock, taken shared by every
+// build, import and install, is the one that stays between Prunes):
+// rootfs/locks no longer keeps a file for every image, layer, root and
+// install ever used (issue #37).
+//
+// Removing a lock file is safe only because every taker checks, once it
+// holds the lock, that the path still names the file it locked: a file
+// removed between a taker's open and its flock is a lock no one else
+// sees (the next taker creates a new file), so the taker opens the path
+// again. This is the usual pattern of flock with unlink (as in
+// systemd's make_lock_file or Debian's lockfile-progs).
 func tryLockMode(path string, shared bool) (unlock func(), ok bool, err error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		return nil, false, err
-	}
-	how := unix.LOCK_EX
-	if shared {
-		how = unix.LOCK_SH
-	}
-	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, false, nil
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return nil, false, err
 		}
-		return nil, false, fmt.Errorf("flock %s: %w", path, err)
+		how := unix.LOCK_EX
+		if shared {
+			how = unix.LOCK_SH
+		}
+		if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, false, nil
+			}
+			return nil, false, fmt.Errorf("flock %s: %w", path, err)
+		}
+		if same, err := namesFile(path, f); err != nil || !same {
+			f.Close()
+			if err != nil {
+				return nil, false, err
+			}
+			continue // removed by its holder meanwhile: lock the new one
+		}
+		if shared {
+			return func() { f.Close() }, true, nil
+		}
+		return func() {
+			os.Remove(path)
+			f.Close()
+		}, true, nil
 	}
-	return func() { f.Close() }, true, nil
+}
+
+// namesFile reports whether path names the open file f (the same inode
+// of the same device), false when path is gone.
+func namesFile(path string, f *os.File) (bool, error) {
+	var held, named unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &held); err != nil {
+		return false, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if err := unix.Stat(path, &named); errors.Is(err, unix.ENOENT) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return held.Dev == named.Dev && held.Ino == named.Ino, nil
 }
 
 // removeTree removes dir and everything in it, but refuses if anything is

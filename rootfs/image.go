@@ -1,6 +1,8 @@
 package rootfs
 
 import (
+	"archive/tar"
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -12,11 +14,13 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,6 +33,7 @@ import (
 //
 // Layout, S = Dir/rootfs:
 //
+//	S/images/layers/<hex>/             mode 0700: no host user but the store's owner reaches a layer
 //	S/images/layers/<hex>/root/        an unpacked layer (<hex>: its diff id), never modified once there
 //	S/images/layers/<hex>/layer.json   what unpacking it found (ImageLayer)
 //	S/images/refs/<namehash>.json      an imported image (Image), <namehash> the SHA-256 of its name
@@ -54,7 +59,11 @@ import (
 // (file capabilities) are dropped and counted; what an import may unpack
 // is bounded (ImportOptions: bytes decompressed and apparent, entries,
 // path depth, layers), so a decompression bomb or a 10 GB sparse file is
-// refused, and what was unpacked of it removed. Every blob is verified
+// refused, and what was unpacked of it removed; every new layer's headers
+// are counted (scanLayers) before any is unpacked, so nothing is written
+// of an image over its bounds. A layer keeps the image's
+// modes (the sandbox sees them), world-writable ones included, behind
+// its 0700 directory (closeLayerDir). Every blob is verified
 // against its digest before it is used. A run in an image is locked down
 // exactly like a run in a language layer: the image changes the root
 // filesystem, never the isolation, the limits or the network.
@@ -113,8 +122,15 @@ type Image struct {
 	Digest       string `json:"digest,omitempty"`
 	ConfigDigest string `json:"config_digest"`
 	// Layers are its layers' diff ids, bottom first.
-	Layers []string    `json:"layers"`
-	Config ImageConfig `json:"config"`
+	Layers []string `json:"layers"`
+	// Workdir is the diff id of a layer sandcell put on top of them
+	// holding the config's WorkingDir, which the image's layers lack (""
+	// when they have it): docker's runtime makes a missing working
+	// directory when a container starts, but a sandbox's root is
+	// read-only, so the import makes it (owned by root, mode 0755, as
+	// runc's mkdir does).
+	Workdir string      `json:"workdir_layer,omitempty"`
+	Config  ImageConfig `json:"config"`
 	// Bytes and Entries are the size of its unpacked layers (shared ones
 	// included).
 	Bytes   int64 `json:"bytes"`
@@ -225,7 +241,8 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 	if err != nil {
 		return Image{}, err
 	}
-	if err := s.checkOverlayOptions(dir, len(ri.layers)); err != nil {
+	// One more for the layer a missing WorkingDir may need (addWorkdir).
+	if err := s.checkOverlayOptions(dir, len(ri.layers)+1); err != nil {
 		return Image{}, err
 	}
 	for _, d := range []string{filepath.Join(dir, locksDir), filepath.Join(dir, tmpDir), filepath.Join(dir, imagesDir, layersDir), filepath.Join(dir, imagesDir, refsDir)} {
@@ -251,7 +268,16 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 	img := Image{Format: imageFormat, Name: name, Source: ri.kind, Digest: ri.manifest, ConfigDigest: ri.configID,
 		Config: imageConfig(ri)}
 	img.Report.Layers = len(ri.layers)
-	b := &budget{maxStream: opts.MaxBytes, maxBytes: opts.MaxBytes, maxEntries: opts.MaxEntries, maxDepth: opts.MaxDepth}
+	newBudget := func() *budget {
+		return &budget{maxStream: opts.MaxBytes, maxBytes: opts.MaxBytes, maxEntries: opts.MaxEntries, maxDepth: opts.MaxDepth}
+	}
+	s.log().Info("reading the layers' headers before unpacking", "image", name, "layers", len(ri.layers))
+	if err := s.scanLayers(ctx, src, ri.layers, newBudget()); err != nil {
+		return Image{}, fmt.Errorf("image %s: %w (nothing was unpacked)", name, err)
+	}
+	// Unpacking counts again, against a budget of its own: the file may
+	// have changed since the scan (its digests are checked again too).
+	b := newBudget()
 	for i, l := range ri.layers {
 		if slices.Contains(img.Layers, l.diffID) {
 			// The same layer twice (an empty layer repeated): once in the
@@ -262,7 +288,7 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 		if opts.Progress != nil {
 			opts.Progress(i+1, len(ri.layers), l.diffID)
 		}
-		rec, shared, err := s.importLayer(ctx, src, l, b)
+		rec, shared, err := s.importLayer(ctx, l, func() (*layerStream, error) { return src.openLayer(l, b) }, b)
 		if err != nil {
 			return Image{}, fmt.Errorf("image %s, layer %d of %d: %w", name, i+1, len(ri.layers), err)
 		}
@@ -278,6 +304,9 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 		img.Report.Opaque += len(rec.Opaque)
 		img.Report.Neutralised.add(rec.Neutralised)
 	}
+	if err := s.addWorkdir(ctx, &img, b); err != nil {
+		return Image{}, fmt.Errorf("image %s: its WorkingDir %q: %w", name, img.Config.WorkingDir, err)
+	}
 	img.Imported = time.Now().UTC()
 	img.Report.Seconds = time.Since(start).Round(time.Millisecond).Seconds()
 	if err := s.writeImage(ctx, img); err != nil {
@@ -291,6 +320,36 @@ func (s *Store) ImportImage(ctx context.Context, unsafePath string, opts ImportO
 	s.log().Info("image imported", "image", name, "layers", img.Report.Layers, "unpacked", img.Report.Unpacked,
 		"shared", img.Report.Shared, "bytes", img.Bytes, "neutralised", img.Report.Neutralised.Total(), "seconds", img.Report.Seconds)
 	return img, nil
+}
+
+// scanLayers reads the tar headers of the layers the store lacks and
+// checks their digests, counting them against b (scanLayer), before any
+// is unpacked.
+func (s *Store) scanLayers(ctx context.Context, src *imageSource, layers []layerBlob, b *budget) error {
+	seen := map[string]bool{}
+	for i, l := range layers {
+		h := hexID(l.diffID)
+		if seen[h] {
+			continue
+		}
+		seen[h] = true
+		if _, err := s.imageLayer(h); err == nil {
+			continue // unpacked already: costs nothing
+		}
+		stream, err := src.openLayer(l, b)
+		if err != nil {
+			return fmt.Errorf("layer %d of %d: %w", i+1, len(layers), err)
+		}
+		err = scanLayer(ctx, stream.tar, b)
+		if err == nil {
+			err = stream.finish()
+		}
+		stream.close()
+		if err != nil {
+			return fmt.Errorf("layer %d of %d: %w", i+1, len(layers), layerErr(l, err))
+		}
+	}
+	return nil
 }
 
 // checkOverlayOptions refuses an image whose overlay (the skeleton and its
@@ -332,9 +391,91 @@ func imageConfig(ri resolvedImage) ImageConfig {
 	return out
 }
 
-// importLayer returns the record of layer l, unpacking it first unless the
-// store has it. One unpacker per layer, across processes (flock).
-func (s *Store) importLayer(ctx context.Context, src *imageSource, l layerBlob, b *budget) (ImageLayer, bool, error) {
+// addWorkdir gives img the layer with its WorkingDir (Image.Workdir) when
+// its layers lack it: the directory and its missing parents (mode 0755,
+// owned by root), and its parents that exist with the modes and times
+// they have, so the merged root shows them unchanged. A WorkingDir that
+// is there (of any type: a file there is refused when a run starts), is
+// not absolute, or lies below a runtime mountpoint (/work, /tmp...: a
+// run mounts afresh over it) gets no layer. Symlinks on the way are
+// resolved within the image's root: the layer holds the real path.
+func (s *Store) addWorkdir(ctx context.Context, img *Image, b *budget) error {
+	wd := img.Config.WorkingDir
+	if wd == "" || !path.IsAbs(wd) || BelowMountpoint(wd) != "" {
+		return nil
+	}
+	root, err := s.mountImage(*img)
+	if err != nil {
+		return err
+	}
+	// The root is not live until the image is recorded: another process's
+	// removeRoots may unmount it meanwhile, and an empty directory lacks
+	// every path. The overlay's device must be the same once it is read.
+	var before unix.Stat_t
+	if err := unix.Stat(root, &before); err != nil {
+		return err
+	}
+	host, err := securejoin.SecureJoin(root, wd)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(host); !errors.Is(err, fs.ErrNotExist) {
+		return nil // there, or not a directory's path (refused at run time)
+	}
+	rel, err := filepath.Rel(root, host)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("resolves to %s, outside the image's root", host)
+	}
+	if BelowMountpoint("/"+rel) != "" {
+		return nil
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	cur := ""
+	for c := range strings.SplitSeq(rel, "/") {
+		cur = path.Join(cur, c)
+		h := &tar.Header{Name: cur + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		if fi, err := os.Lstat(filepath.Join(root, cur)); err == nil {
+			h.Mode, h.ModTime = int64(fi.Mode().Perm()), fi.ModTime()
+			if fi.Mode()&fs.ModeSticky != 0 {
+				h.Mode |= 0o1000
+			}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	var after, parent unix.Stat_t
+	if err := unix.Stat(root, &after); err != nil {
+		return err
+	}
+	if err := unix.Stat(filepath.Dir(root), &parent); err != nil {
+		return err
+	}
+	if after.Dev != before.Dev || after.Dev == parent.Dev {
+		return fmt.Errorf("the image's root at %s was unmounted while it was read (by another sandcell): import again", root)
+	}
+	data := buf.Bytes()
+	sum := sha256.Sum256(data)
+	l := layerBlob{diffID: "sha256:" + hex.EncodeToString(sum[:]), size: int64(len(data)), mediaType: "application/vnd.oci.image.layer.v1.tar"}
+	open := func() (*layerStream, error) {
+		return &layerStream{tar: &streamCounter{r: bytes.NewReader(data), b: b}, finish: func() error { return nil }, close: func() {}}, nil
+	}
+	if _, _, err := s.importLayer(ctx, l, open, b); err != nil {
+		return err
+	}
+	img.Workdir = l.diffID
+	s.log().Info("made the image's missing WorkingDir", "image", img.Name, "dir", wd, "layer", l.diffID)
+	return nil
+}
+
+// importLayer returns the record of layer l, unpacking it first (from the
+// stream open gives) unless the store has it. One unpacker per layer,
+// across processes (flock).
+func (s *Store) importLayer(ctx context.Context, l layerBlob, open func() (*layerStream, error), b *budget) (ImageLayer, bool, error) {
 	dir, err := s.dir()
 	if err != nil {
 		return ImageLayer{}, false, err
@@ -370,7 +511,7 @@ func (s *Store) importLayer(ctx context.Context, src *imageSource, l layerBlob, 
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return ImageLayer{}, false, err
 	}
-	stream, err := src.openLayer(l, b)
+	stream, err := open()
 	if err != nil {
 		return ImageLayer{}, false, err
 	}
@@ -392,7 +533,7 @@ func (s *Store) importLayer(ctx context.Context, src *imageSource, l layerBlob, 
 	if err := writeJSONFile(filepath.Join(tmp, layerRecord), rec); err != nil {
 		return ImageLayer{}, false, err
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	if err := closeLayerDir(tmp); err != nil {
 		return ImageLayer{}, false, err
 	}
 	if err := syncfs(tmp); err != nil {
@@ -405,6 +546,28 @@ func (s *Store) importLayer(ctx context.Context, src *imageSource, l layerBlob, 
 	s.log().Info("image layer unpacked", "layer", l.diffID, "bytes", tree.Bytes, "entries", tree.Entries,
 		"neutralised", res.n.Total(), "ms", rec.UnpackMS)
 	return rec, false, nil
+}
+
+// closeLayerDir makes an image layer's directory (layers/<hex>, which
+// holds root/ and layer.json) mode 0700. An image's files keep the modes
+// its tar gives them, 0777 directories and 0666 files included, because
+// that is what the sandbox must see (stat in a run shows the image's
+// modes, as under docker). Without this parent, every local user could
+// write into a digest-checked layer through the store path, and so into
+// every later run of the image (a local user poisoning a shared image,
+// issue #37). Only the overlay reaches the layer: the kernel resolves a
+// lowerdir with the mounter's credentials (root, or the user namespace's
+// root that owns a rootless store) and reads it with them, so runs in
+// user namespaces still see it; nothing else opens a layer's path.
+func closeLayerDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm() == 0o700 {
+		return nil
+	}
+	return os.Chmod(dir, 0o700)
 }
 
 // imageLayer reads the record of unpacked layer h (hex digits).
@@ -548,6 +711,15 @@ func (s *Store) RemoveImage(ctx context.Context, name string) error {
 	return err
 }
 
+// stackLayers are the diff ids of the image's root, bottom first: its
+// layers and sandcell's WorkingDir layer.
+func (img Image) stackLayers() []string {
+	if img.Workdir == "" {
+		return img.Layers
+	}
+	return append(slices.Clone(img.Layers), img.Workdir)
+}
+
 // imageStack is the image's overlay stack, top first: the skeleton, then
 // its layers from the top one down.
 func (s *Store) imageStack(img Image) (stack, error) {
@@ -563,10 +735,10 @@ func (s *Store) imageStack(img Image) (stack, error) {
 		return stack{}, fmt.Errorf("image %s: the skeleton layer is missing (import the image again)", img.Name)
 	}
 	st := stack{layers: []layerRef{skel}}
-	for i := len(img.Layers) - 1; i >= 0; i-- {
-		h := hexID(img.Layers[i])
+	for _, id := range slices.Backward(img.stackLayers()) {
+		h := hexID(id)
 		if !hexRE().MatchString(h) {
-			return stack{}, fmt.Errorf("image %s: bad layer id %q", img.Name, img.Layers[i])
+			return stack{}, fmt.Errorf("image %s: bad layer id %q", img.Name, id)
 		}
 		st.layers = append(st.layers, layerRef{hex: h, store: filepath.Join(dir, imagesDir)})
 	}
@@ -584,26 +756,35 @@ func (s *Store) ImageRoot(name string) (string, Image, error) {
 	if err != nil {
 		return "", Image{}, err
 	}
-	st, err := s.imageStack(img)
-	if err != nil {
-		return "", Image{}, err
-	}
-	// The cache key names the stack: an image imported again under the
-	// same name with other layers gets its new root.
-	key := Language{Name: "image " + name + " " + st.rootID()}
-	if point, ok := s.cachedRoot(key); ok {
-		return point, img, nil
-	}
-	for _, l := range st.layers[1:] {
-		if _, err := os.Stat(l.root()); err != nil {
-			return "", Image{}, fmt.Errorf("image %s: layer %.19s: %w (import the image again)", name, "sha256:"+l.hex, err)
-		}
-	}
-	point, err := s.mountStack(key, st)
+	point, err := s.mountImage(img)
 	if err != nil {
 		return "", Image{}, err
 	}
 	return point, img, nil
+}
+
+// mountImage mounts img's root (or finds it mounted).
+func (s *Store) mountImage(img Image) (string, error) {
+	st, err := s.imageStack(img)
+	if err != nil {
+		return "", err
+	}
+	// The cache key names the stack: an image imported again under the
+	// same name with other layers gets its new root.
+	key := Language{Name: "image " + img.Name + " " + st.rootID()}
+	if point, ok := s.cachedRoot(key); ok {
+		return point, nil
+	}
+	for _, l := range st.layers[1:] {
+		if _, err := os.Stat(l.root()); err != nil {
+			return "", fmt.Errorf("image %s: layer %.19s: %w (import the image again)", img.Name, "sha256:"+l.hex, err)
+		}
+		// A layer unpacked before its directory was closed.
+		if err := closeLayerDir(filepath.Dir(l.root())); err != nil {
+			return "", fmt.Errorf("image %s: layer %.19s: %w", img.Name, "sha256:"+l.hex, err)
+		}
+	}
+	return s.mountStack(key, st)
 }
 
 // VerifyImage re-hashes the image's layers and checks their opaque
@@ -702,7 +883,7 @@ func (s *Store) pruneImageLayers(res *Pruned) error {
 	}
 	used := map[string]bool{}
 	for _, img := range imgs {
-		for _, l := range img.Layers {
+		for _, l := range img.stackLayers() {
 			used[hexID(l)] = true
 		}
 	}

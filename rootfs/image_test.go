@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -335,6 +336,9 @@ func TestImportMultiLayer(t *testing.T) {
 	if n := mountCount(t, root); n != 0 {
 		t.Errorf("%d mounts left at %s after the images were removed", n, root)
 	}
+	if ents, _ := os.ReadDir(filepath.Join(s.Dir, "rootfs/locks")); len(ents) != 0 {
+		t.Errorf("rootfs/locks holds %v after the images were removed and pruned; want nothing", ents)
+	}
 }
 
 func TestImportHostile(t *testing.T) {
@@ -514,12 +518,7 @@ func TestImportBounds(t *testing.T) {
 			if !errors.Is(err, ErrImageTooLarge) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("import: %v; want ErrImageTooLarge saying %q", err, c.want)
 			}
-			// Nothing of it kept: no layer, no record, no temporary tree.
-			for _, sub := range []string{"rootfs/tmp", "rootfs/images/layers", "rootfs/images/refs"} {
-				if ents, _ := os.ReadDir(filepath.Join(s.Dir, sub)); len(ents) != 0 {
-					t.Errorf("%s holds %d entries after a refused import", sub, len(ents))
-				}
-			}
+			noneKept(t, s)
 		})
 	}
 	// The store never held more than a bound's worth: its disk use is
@@ -536,6 +535,70 @@ func TestImportBounds(t *testing.T) {
 	if used > 100<<20 {
 		t.Errorf("the store uses %d bytes after refused imports", used)
 	}
+}
+
+// TestImportBudgetBeforeWriting: nine sparse files of 32 MiB each (a few
+// KB of tar) against a budget of 256 MiB are refused before a byte of
+// them is written: the headers of every layer are read and summed first
+// (issue #37: nine 1 GiB files were refused only after 8.6 GB were
+// written).
+func TestImportBudgetBeforeWriting(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	top := t.TempDir()
+	s := &Store{Dir: filepath.Join(top, "store")}
+	t.Cleanup(func() { s.Close() })
+	const size = 32 << 20
+	var layer []byte
+	for i := range 9 {
+		f := gnuSparse(fmt.Sprintf("f%d", i), size)
+		layer = append(layer, f[:len(f)-1024]...) // without the end-of-archive blocks
+	}
+	layer = append(layer, make([]byte, 1024)...)
+	// A first layer that fits, so that the refused one is not the first.
+	file := testutil.WriteDockerArchive(t, filepath.Join(top, "sparse.tar"),
+		testutil.OCIImage(t, ggcr.Config{}, tarOf(t, fileE("small", "x")), layer), "sparse:9")
+	before := procWritten(t)
+	_, err := s.ImportImage(ctx, file, ImportOptions{MaxBytes: 8 * size})
+	written := procWritten(t) - before
+	t.Logf("refused: %v (%d bytes written)", err, written)
+	if !errors.Is(err, ErrImageTooLarge) || !strings.Contains(err.Error(), "as their tar headers declare") || !strings.Contains(err.Error(), `"f7"`) {
+		t.Errorf("import: %v; want ErrImageTooLarge naming the headers' total and the entry past the budget (f7: the first layer took a byte)", err)
+	}
+	if written > size {
+		t.Errorf("the refused import wrote %d bytes, more than one of its files (%d)", written, size)
+	}
+	noneKept(t, s)
+}
+
+// noneKept checks that a refused import kept nothing: no layer, no
+// record, no temporary tree.
+func noneKept(t testing.TB, s *Store) {
+	t.Helper()
+	for _, sub := range []string{"rootfs/tmp", "rootfs/images/layers", "rootfs/images/refs"} {
+		if ents, _ := os.ReadDir(filepath.Join(s.Dir, sub)); len(ents) != 0 {
+			t.Errorf("%s holds %d entries after a refused import", sub, len(ents))
+		}
+	}
+}
+
+// procWritten is the bytes this process passed to write(2) and the like
+// (/proc/self/io's wchar, all threads).
+func procWritten(t testing.TB) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "wchar: "); ok {
+			var n int64
+			fmt.Sscan(v, &n)
+			return n
+		}
+	}
+	t.Fatalf("no wchar in /proc/self/io: %s", b)
+	return 0
 }
 
 func TestImportRefusesBadImages(t *testing.T) {
@@ -655,5 +718,109 @@ func TestCatalogueImageLanguage(t *testing.T) {
 	}
 	if err := s.Verify(ctx, lang); err != nil {
 		t.Errorf("Verify: %v", err)
+	}
+}
+
+// TestImageLayersClosedToHostUsers: an image's world-writable directories
+// and files keep their modes in the sandbox's view, but no other host user
+// can reach them in the store: a layer's directory is 0700 (issue #37).
+// A store whose layer directory is open (imported before) is closed when
+// its root is mounted.
+func TestImageLayersClosedToHostUsers(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	top := t.TempDir()
+	for _, d := range []string{top, filepath.Dir(top)} {
+		if err := os.Chmod(d, 0o755); err != nil { // traversable, as a store's parents are
+			t.Fatal(err)
+		}
+	}
+	s := &Store{Dir: filepath.Join(top, "store")}
+	t.Cleanup(func() { s.Close() })
+	img := testutil.OCIImage(t, ggcr.Config{}, tarOf(t, modeE(dirE("pub"), 0o777), modeE(fileE("pub/f", "x"), 0o666)))
+	got, err := s.ImportImage(ctx, testutil.WriteLayout(t, filepath.Join(top, "layout"), img, "open:1"), ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := filepath.Join(s.Dir, "rootfs/images/layers", hexID(got.Layers[0]))
+	asNobody := func() {
+		t.Helper()
+		cmd := exec.Command("/bin/sh", "-c", `echo >"$1/pub/new" || echo >>"$1/pub/f"`, "sh", filepath.Join(layer, "root"))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		if out, err := cmd.CombinedOutput(); err == nil {
+			t.Errorf("another host user (uid 65534) wrote into the imported layer at %s: %s", layer, out)
+		}
+		if fi, err := os.Stat(layer); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("layer directory %s: %v %v, want mode 0700", layer, fi.Mode(), err)
+		}
+	}
+	asNobody()
+	root, _, err := s.ImageRoot("open:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffTree(t, "the sandbox's view", treeOf(t, root), map[string]string{"pub": "d 777", "pub/f": "f 666 x"})
+
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(layer, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ImageRoot("open:1"); err != nil {
+		t.Fatal(err)
+	}
+	asNobody()
+}
+
+// TestImportMakesMissingWorkingDir: an image whose WorkingDir its layers
+// lack gets it, as docker makes it when a container starts (issue #37: a
+// run in it ended in internal_error), in a layer of sandcell's on top of
+// the image's: a directory of root, mode 0755, below the real path of a
+// symlink on the way; the parents it has keep their modes. An image that
+// has its WorkingDir, or names one below a runtime mountpoint, gets none.
+func TestImportMakesMissingWorkingDir(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	s := fakeStore(t)
+	work := t.TempDir()
+	layer := tarOf(t, modeE(dirE("opt"), 0o775), linkE("data", "/opt"), dirE("app"), fileE("app/file", "x"))
+	for _, c := range []struct {
+		wd   string
+		want map[string]string // the root's entries besides the layer's; nil: no layer of sandcell's
+	}{
+		{"/srv/app", map[string]string{"srv": "d 755", "srv/app": "d 755"}},
+		{"/data/sub/dir", map[string]string{"opt/sub": "d 755", "opt/sub/dir": "d 755"}},
+		{"/app", nil},
+		{"/app/file", nil},
+		{"/work/app", nil},
+	} {
+		name := "wd" + strings.ReplaceAll(c.wd, "/", "-")
+		img := testutil.OCIImage(t, ggcr.Config{WorkingDir: c.wd, Entrypoint: []string{"/bin/sh"}}, layer)
+		got, err := s.ImportImage(ctx, testutil.WriteLayout(t, filepath.Join(work, name), img, name+":1"), ImportOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.wd, err)
+		}
+		if (got.Workdir != "") != (c.want != nil) || len(got.Layers) != 1 {
+			t.Errorf("%s: Workdir %q, layers %v; want a layer of sandcell's: %v", c.wd, got.Workdir, got.Layers, c.want != nil)
+		}
+		root, _, err := s.ImageRoot(got.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"opt": "d 775", "data": "l /opt", "app": "d 755", "app/file": "f 644 x"}
+		maps.Copy(want, c.want)
+		diffTree(t, c.wd, treeOf(t, root), want)
+		if err := s.VerifyImage(ctx, got.Name); err != nil {
+			t.Errorf("%s: VerifyImage: %v", c.wd, err)
+		}
+	}
+	for _, img := range []string{"wd-srv-app", "wd-data-sub-dir", "wd-app", "wd-app-file", "wd-work-app"} {
+		if err := s.RemoveImage(ctx, img+":1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := s.Prune(ctx); err != nil || len(res.Layers) != 3 {
+		t.Errorf("Prune with no image: removed %v, %v; want the image's layer and sandcell's two", res.Layers, err)
 	}
 }

@@ -93,11 +93,59 @@ func (b *budget) addEntry(name string) error {
 
 func (b *budget) addBytes(name string, n int64) error {
 	if n < 0 || b.bytes+n > b.maxBytes || b.bytes+n < b.bytes {
-		return fmt.Errorf("%w: entry %q is %d bytes (apparent size), more than the %d bytes left of the %d an image may unpack to",
-			ErrImageTooLarge, truncateReq(name), n, b.maxBytes-b.bytes, b.maxBytes)
+		return fmt.Errorf("%w: its files' apparent sizes, as their tar headers declare, add up to more than the %d bytes an image may unpack to: entry %q of %d bytes comes when %d are left",
+			ErrImageTooLarge, b.maxBytes, truncateReq(name), n, b.maxBytes-b.bytes)
 	}
 	b.bytes += n
 	return nil
+}
+
+// scanLayer reads a layer's tar headers, skipping the data, and counts
+// them against b as applyLayer does (every entry of a valid name, every
+// regular or sparse file's apparent size; what applyLayer then skips
+// counts here too). ImportImage scans every layer before it unpacks one,
+// so that an image over its budget is refused before a byte is written,
+// not once 8 GiB of its files are (issue #37: nine files of 1 GiB).
+func scanLayer(ctx context.Context, r io.Reader, b *budget) error {
+	return eachEntry(ctx, r, func(hdr *tar.Header, _ io.Reader) error {
+		p, ok := layerName(hdr.Name)
+		if !ok {
+			return nil
+		}
+		if err := b.addEntry(p); err != nil {
+			return err
+		}
+		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeGNUSparse {
+			return b.addBytes(p, hdr.Size)
+		}
+		return nil
+	})
+}
+
+// eachEntry calls fn with each entry of the tar stream r and a reader of
+// its data, checking ctx every 256 entries. A malformed tar is ErrBadImage.
+func eachEntry(ctx context.Context, r io.Reader, fn func(*tar.Header, io.Reader) error) error {
+	tr := tar.NewReader(r)
+	for i := 0; ; i++ {
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, ErrImageTooLarge) {
+				return err
+			}
+			return fmt.Errorf("%w: layer tar: %w", ErrBadImage, err)
+		}
+		if err := fn(hdr, tr); err != nil {
+			return err
+		}
+	}
 }
 
 // streamCounter counts the decompressed bytes of a layer against the
@@ -175,26 +223,8 @@ func applyLayer(ctx context.Context, r io.Reader, dir string, b *budget) (layerR
 	defer root.Close()
 	a := &layerApplier{root: root, b: b, dirs: map[string]bool{".": true}, whiteouts: map[string]bool{}, opaque: map[string]bool{},
 		dirMeta: map[string]dirMeta{}, inTrusted: currentNS().initial()}
-	tr := tar.NewReader(r)
-	for i := 0; ; i++ {
-		if i%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return layerResult{}, err
-			}
-		}
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if errors.Is(err, ErrImageTooLarge) {
-				return layerResult{}, err
-			}
-			return layerResult{}, fmt.Errorf("%w: layer tar: %w", ErrBadImage, err)
-		}
-		if err := a.entry(hdr, tr); err != nil {
-			return layerResult{}, err
-		}
+	if err := eachEntry(ctx, r, a.entry); err != nil {
+		return layerResult{}, err
 	}
 	if err := a.finish(); err != nil {
 		return layerResult{}, err

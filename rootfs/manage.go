@@ -313,7 +313,7 @@ type Pruned struct {
 
 // Prune removes the layers that no language of the catalogue uses (left by
 // an older catalogue or by rebuilt layers), their roots and recipe
-// pointers, leftover builds, and layers of the previous store format
+// pointers, leftover builds, lock files no one holds, and layers of the previous store format
 // (Dir/layers/<name>/, the old default /var/lib/sandcell/layers), and
 // image layers no imported image uses (Store.Images). It waits for running builds and blocks new ones
 // while it runs. Only Dir is pruned, never a shared store; a layer of Dir
@@ -379,7 +379,7 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 
 	// No build runs (we hold the store lock): every temporary build is
 	// left by a dead builder, and no one waits on a recipe lock.
-	for _, sub := range []string{tmpDir, recipesDir, locksDir} {
+	for _, sub := range []string{tmpDir, recipesDir} {
 		entries, err := os.ReadDir(filepath.Join(dir, sub))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -396,9 +396,6 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 				stale = true
 			case recipesDir:
 				stale = !liveKeys[name]
-			case locksDir:
-				k, isRecipe := strings.CutPrefix(strings.TrimSuffix(name, ".lock"), "recipe-")
-				stale = isRecipe && !liveKeys[k]
 			}
 			if !stale {
 				continue
@@ -411,6 +408,10 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 			res.Other = append(res.Other, filepath.Join(sub, name))
 		}
 	}
+
+	removed, err := removeStaleLocks(filepath.Join(dir, locksDir))
+	res.Other = append(res.Other, removed...)
+	errs = append(errs, err)
 
 	entries, err := os.ReadDir(filepath.Join(dir, layersDir))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -457,6 +458,38 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 		s.log().Info("pruned layer of the previous store format", "path", p)
 	}
 	return res, errors.Join(errs...)
+}
+
+// removeStaleLocks removes the lock files in dir that no one holds: a
+// lock file lives only while it is held (tryLockMode), but sandcells
+// before issue #37 left one for every image, layer, root and install ever
+// used. Each is taken first, so one that a build, import, mount or
+// install holds stays, and its holder removes it.
+func removeStaleLocks(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".lock") || !e.Type().IsRegular() {
+			continue
+		}
+		unlock, ok, err := tryLock(filepath.Join(dir, e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok {
+			unlock() // removes it
+			removed = append(removed, filepath.Join(locksDir, e.Name()))
+		}
+	}
+	return removed, errors.Join(errs...)
 }
 
 // oldFormatEntry recognises what store format 1 kept in its directory,

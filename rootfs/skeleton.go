@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -25,6 +27,18 @@ var mountpoints = []string{"/proc", "/sys", "/dev", "/tmp", "/work"}
 // without modifying a layer.
 func Mountpoints() []string {
 	return append([]string(nil), mountpoints...)
+}
+
+// BelowMountpoint is the mountpoint (Mountpoints) that the absolute path p
+// lies below, "" if none: what a root holds there, a run does not see.
+func BelowMountpoint(p string) string {
+	p = path.Clean(p)
+	for _, mp := range mountpoints {
+		if strings.HasPrefix(p, mp+"/") {
+			return mp
+		}
+	}
+	return ""
 }
 
 // skeletonFiles are the skeleton layer's files. They sit above every other

@@ -39,7 +39,8 @@ func DefaultDir() string {
 //	S/recipes/<key>                symlink to ../layers/<hex>: the layer built from recipe <key>
 //	S/roots/<rootid>/              a language's read-only overlay, mounted once, shared by every run
 //	S/locks/                       flock(2) files: store.lock (builds shared, Prune exclusive),
-//	                               recipe-<key>.lock (one builder per recipe), root-<rootid>.lock
+//	                               recipe-<key>.lock (one builder per recipe), root-<rootid>.lock;
+//	                               an exclusive holder removes its file as it unlocks (tryLockMode)
 //	S/tmp/<key>-<random>/          a build in progress, or one left by a killed build (see Clean)
 //
 // <hex> is a layer's content id (Manifest.ID without "sha256:"): the hash

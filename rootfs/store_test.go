@@ -7,8 +7,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -568,6 +571,89 @@ func TestLockWait(t *testing.T) {
 	}
 	if _, ok, _ := tryLock(path); ok {
 		t.Error("exclusive lock taken while a shared one is held")
+	}
+}
+
+// TestLockFilesGo: a lock file lives only while an exclusive holder holds
+// it (issue #37: rootfs/locks kept a file for every image, layer and root
+// ever used, 61 after everything was removed), and removing it never lets
+// two holders in at once: a holder that locked a file its path no longer
+// names tries again.
+func TestLockFilesGo(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	var inside, overlaps atomic.Int32
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			for range 2000 {
+				var unlock func()
+				for {
+					u, ok, err := tryLock(path)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ok {
+						unlock = u
+						break
+					}
+					runtime.Gosched()
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				runtime.Gosched()
+				inside.Add(-1)
+				unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d times two holders held the lock at once", n)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the lock file is left after its last holder: %v", err)
+	}
+	// A shared holder leaves the file: others may hold it too.
+	unlock, err := lockWait(t.Context(), path, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if _, err := os.Lstat(path); err != nil {
+		t.Errorf("a shared holder removed the lock file: %v", err)
+	}
+}
+
+// TestPruneRemovesStaleLocks: Prune removes every lock file no one holds
+// (older sandcells left one per image, layer, root and install), and
+// keeps a held one.
+func TestPruneRemovesStaleLocks(t *testing.T) {
+	s := &Store{Dir: t.TempDir()}
+	dir := filepath.Join(s.Dir, storeDir)
+	h := strings.Repeat("ab", 32)
+	stale := []string{"imglayer-" + h + ".lock", "imgref-" + h + ".lock", "root-0123456789abcdef0123456789abcdef.lock",
+		"deps-" + h + ".lock", "recipe-" + h + ".lock", storeLock}
+	mkdirs(t, dir, locksDir)
+	for _, n := range stale {
+		if err := os.WriteFile(filepath.Join(dir, locksDir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := filepath.Join(dir, locksDir, "imgref-"+strings.Repeat("cd", 32)+".lock")
+	unlock, ok, err := tryLock(held)
+	if err != nil || !ok {
+		t.Fatalf("tryLock: %v, %v", ok, err)
+	}
+	defer unlock()
+	res, err := s.Prune(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, locksDir))
+	if len(ents) != 1 || ents[0].Name() != filepath.Base(held) {
+		t.Errorf("locks after Prune: %v; want only the held %s (pruned: %v)", ents, filepath.Base(held), res.Other)
 	}
 }
 

@@ -66,6 +66,9 @@ func imageImportCommand(fs *flag.FlagSet, env *cliEnv) func(context.Context, []s
 		if img.Config.User != "" {
 			fmt.Fprintf(env.stdout, "runs as the sandbox user (uid %d), not the image's user %q\n", rootfs.SandboxUID, img.Config.User)
 		}
+		if img.Workdir != "" {
+			fmt.Fprintf(env.stdout, "made its WorkingDir %s, which its layers lack (as docker does when a container starts)\n", img.Config.WorkingDir)
+		}
 		return 0
 	}
 }

@@ -35,6 +35,20 @@ const entryScript = "import os, sys; print('entry', os.getcwd(), sys.argv[1:], o
 // entrypoint, working directory, user and things a sandbox ignores.
 func pythonImageLayout(t *testing.T) string {
 	t.Helper()
+	cfg := ggcr.Config{
+		Env:          []string{"PATH=/usr/local/bin:/usr/bin:/bin", "IMG_VAR=from-image", "HOME=/root"},
+		Entrypoint:   []string{"/usr/bin/python3.11", "-c", entryScript},
+		Cmd:          []string{"default-cmd"},
+		WorkingDir:   "/app",
+		User:         "nobody",
+		ExposedPorts: map[string]struct{}{"8080/tcp": {}},
+	}
+	return testutil.WriteLayout(t, filepath.Join(t.TempDir(), "layout"), testutil.OCIImage(t, cfg, pythonImageLayers(t)...), "pyimg:1")
+}
+
+// pythonImageLayers are the layers of pythonImageLayout's image.
+func pythonImageLayers(t *testing.T) [][]byte {
+	t.Helper()
 	home := layerHome()
 	py, err := rootfs.Lookup("python")
 	if err != nil {
@@ -52,15 +66,7 @@ func pythonImageLayout(t *testing.T) string {
 		tar.Header{Name: "usr/local/bin/", Typeflag: tar.TypeDir, Mode: 0o755},
 		tar.Header{Name: "usr/local/bin/python3", Typeflag: tar.TypeSymlink, Linkname: "/usr/bin/python3.11", Mode: 0o777},
 		tar.Header{Name: "app/", Typeflag: tar.TypeDir, Mode: 0o755}))
-	cfg := ggcr.Config{
-		Env:          []string{"PATH=/usr/local/bin:/usr/bin:/bin", "IMG_VAR=from-image", "HOME=/root"},
-		Entrypoint:   []string{"/usr/bin/python3.11", "-c", entryScript},
-		Cmd:          []string{"default-cmd"},
-		WorkingDir:   "/app",
-		User:         "nobody",
-		ExposedPorts: map[string]struct{}{"8080/tcp": {}},
-	}
-	return testutil.WriteLayout(t, filepath.Join(t.TempDir(), "layout"), testutil.OCIImage(t, cfg, layers...), "pyimg:1")
+	return layers
 }
 
 // imageHome is a sandcell home of the test's own, that a sandbox's mapped
@@ -146,6 +152,39 @@ func TestImageRuns(t *testing.T) {
 	code, out, errOut = h("rootfs", "prune")
 	if code != 0 || strings.Count(out, "removed layer sha256:") != 3 {
 		t.Errorf("rootfs prune after image rm: exit %d, want the image's 3 layers removed:\n%s%s", code, out, errOut)
+	}
+}
+
+// TestImageMissingPaths: `sandcell run --image` in an image whose
+// WorkingDir its layers lack runs there, as docker makes it (the import
+// adds it); one whose Entrypoint program is missing is refused naming it,
+// as the image's fault, not an internal error (issue #37).
+func TestImageMissingPaths(t *testing.T) {
+	testutil.RequireRoot(t)
+	home := imageHome(t)
+	layers := pythonImageLayers(t)
+	h := func(args ...string) (int, string, string) {
+		return cli(t, "", append([]string{"--home", home}, args...)...)
+	}
+	for name, cfg := range map[string]ggcr.Config{
+		"pywd":    {Entrypoint: []string{"/usr/bin/python3.11", "-c", entryScript}, WorkingDir: "/srv/made"},
+		"pynoent": {Entrypoint: []string{"/opt/none/run"}, WorkingDir: "/app"},
+	} {
+		layout := testutil.WriteLayout(t, filepath.Join(t.TempDir(), "layout"), testutil.OCIImage(t, cfg, layers...), name+":1")
+		code, out, errOut := h("image", "import", layout, "--name", name)
+		if code != 0 {
+			t.Fatalf("image import %s: exit %d: %s", name, code, errOut)
+		}
+		if made := strings.Contains(out, "made its WorkingDir /srv/made, which its layers lack"); made != (name == "pywd") {
+			t.Errorf("image import %s says it made the WorkingDir: %v, want %v:\n%s", name, made, name == "pywd", out)
+		}
+	}
+	if code, out, errOut := h("run", "--image", "pywd", "--", "x"); code != 0 || out != "entry /srv/made ['x'] None 1000\n" {
+		t.Errorf("run in an image whose WorkingDir its layers lack: exit %d, stdout %q; stderr %s", code, out, errOut)
+	}
+	code, _, errOut := h("run", "--image", "pynoent")
+	if strings.Contains(errOut, "internal_error") || !strings.Contains(errOut, `cannot run in the image pynoent: its Entrypoint's program "/opt/none/run" is not an executable file in the image`) {
+		t.Errorf("run in an image whose Entrypoint program is missing: exit %d, stderr %s", code, errOut)
 	}
 }
 
