@@ -289,6 +289,71 @@ func TestHTTPSessionsEvicted(t *testing.T) {
 	}
 }
 
+// TestHTTPFloodKeepsLiveSessions: a flood of initialize from one address
+// does not evict another client's live session (issue #37: it got 404).
+// Both clients are on loopback, which counts as one client (as all clients
+// behind one proxy do), so the per-client cap alone cannot tell them
+// apart: the flood's own sessions that never made a second request go
+// first, and a session used recently is never evicted: when only such
+// sessions are left, the new one is refused (503) instead.
+func TestHTTPFloodKeepsLiveSessions(t *testing.T) {
+	s, _ := testServer(t)
+	h := NewHTTPHandler(s, &HTTPOptions{MaxSessions: 8, MaxSessionsPerClient: 4, AnyHost: true})
+	defer h.Close()
+	post := func(remote, session, body string) (string, int) {
+		req := httptest.NewRequest("POST", "/mcp", strings.NewReader(body))
+		req.RemoteAddr = remote
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set(headerSessionID, session)
+			req.Header.Set(headerProtocolVersion, Version20251125)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Header().Get(headerSessionID), w.Code
+	}
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	const initialized = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
+	const ping = `{"jsonrpc":"2.0","id":2,"method":"ping"}`
+	live, _ := post("127.0.0.1:40000", "", initialize)
+	post("127.0.0.1:40000", live, initialized)
+	if _, code := post("127.0.0.1:40000", live, ping); code != 200 {
+		t.Fatalf("the live client's ping: HTTP %d", code)
+	}
+
+	// A flood of initialize only: each new session takes the place of an
+	// older one of the flood.
+	for i := range 20 {
+		if _, code := post(fmt.Sprintf("127.0.0.1:%d", 50000+i), "", initialize); code != 200 {
+			t.Errorf("flood initialize %d: HTTP %d, want 200 (in the place of an unused one)", i, code)
+		}
+	}
+	if _, code := post("127.0.0.1:40000", live, ping); code != 200 {
+		t.Fatalf("after a flood of initialize, the live client's session: HTTP %d, want 200", code)
+	}
+
+	// A flood that uses its sessions once each: it may not push the live
+	// session out either; past the cap it is refused.
+	refused := 0
+	for i := range 20 {
+		remote := fmt.Sprintf("127.0.0.1:%d", 60000+i)
+		id, code := post(remote, "", initialize)
+		if code == http.StatusServiceUnavailable {
+			refused++
+			continue
+		}
+		post(remote, id, initialized)
+		post(remote, id, ping)
+	}
+	if _, code := post("127.0.0.1:40000", live, ping); code != 200 {
+		t.Errorf("after a flood of used sessions, the live client's session: HTTP %d, want 200", code)
+	}
+	if refused == 0 {
+		t.Error("a flood of used sessions was never refused: it evicted recently used sessions")
+	}
+}
+
 // TestHTTPSlowBody: a POST whose body does not arrive in time gets 408
 // and its connection back, instead of holding it open.
 func TestHTTPSlowBody(t *testing.T) {
