@@ -353,7 +353,8 @@ func TestKernelKill9(t *testing.T) {
 		t.Errorf("kept.txt after kill -9: %q %s", got, text(res))
 	}
 	r, _ = c.cell(ctx, map[string]any{"session_id": sess, "code": "'secret' in dir()"})
-	if r.Status != "ok" || !r.Kernel.New || r.Value != "False" || !strings.Contains(r.Message, "new python kernel") {
+	// previous says why the state was lost: the server went (issue #37).
+	if r.Status != "ok" || !r.Kernel.New || r.Value != "False" || !strings.Contains(r.Message, "new python kernel") || r.Kernel.Previous != "the server restarted" {
 		t.Fatalf("the first call after the restart: %+v", r)
 	}
 	// The kernel's /work is the session's: kept.txt is there.

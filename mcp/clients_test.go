@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -29,8 +30,9 @@ func installServer(t *testing.T, opts *Options) (*Server, *fakeSandbox) {
 }
 
 // TestSchemasPlainTypes: no tool schema has a type union with null (20
-// of them across 6 tools before), and an optional argument given as null
-// counts as absent.
+// of them across 6 tools before; an optional argument's null is an anyOf
+// branch beside its plain type, TestSchemasAcceptNull), and an optional
+// argument given as null counts as absent.
 func TestSchemasPlainTypes(t *testing.T) {
 	s, f := installServer(t, nil)
 	c := dialSandbox(t, s, nil)
@@ -49,6 +51,106 @@ func TestSchemasPlainTypes(t *testing.T) {
 	if r["isError"] != true || !strings.Contains(resText(r), "packages") {
 		t.Errorf("a required argument given as null: %s, want refused", resText(r))
 	}
+}
+
+// TestSchemasAcceptNull: every optional property of every published input
+// schema, at any depth, accepts null, as checked by a JSON Schema
+// validator on the schema tools/list sends, and the server takes the null
+// as absent (issue #37: LangChain's MCP adapter writes null for what it
+// does not set and validates first, so execute_code with "args": null
+// failed in the client). A null for a required property stays refused.
+func TestSchemasAcceptNull(t *testing.T) {
+	s := NewServer(&Options{Name: "sandcell-test", Version: "0.0.1"})
+	AddSandboxTools(s, &fakeSandbox{}, &SandboxOptions{ExecuteToolOptions: ExecuteToolOptions{Languages: []string{"python"}, MaxSourceBytes: 1 << 20},
+		Installer: &fakeInstaller{}, InstallLanguages: []string{"python"},
+		Kernels: &fakeKernels{info: api.KernelInfo{Language: "python"}}, KernelLanguages: []string{"python"}})
+	c := dialSandbox(t, s, nil)
+	if len(c.names) < 14 {
+		t.Fatalf("%d tools listed, want the whole set: %v", len(c.names), c.names)
+	}
+	for _, name := range c.names {
+		in := c.tools[name]["inputSchema"].(map[string]any)
+		resolved := wireSchema(t, "inputSchema of "+name, in)
+		// Every optional property null; then every one set, with null in
+		// each optional property inside it (files[].encoding...).
+		for _, set := range []bool{false, true} {
+			args := sampleArgs(in, set)
+			if err := resolved.Validate(args); err != nil {
+				t.Errorf("%s(%s): the published schema refuses it: %v", name, mustJSON(args), err)
+				continue
+			}
+			if r := c.tool(name, args); strings.Contains(resText(r), "invalid arguments") {
+				t.Errorf("%s(%s): the server refuses it: %s", name, mustJSON(args), resText(r))
+			}
+		}
+		required, _ := in["required"].([]any)
+		for _, req := range required {
+			args := sampleArgs(in, false)
+			args[req.(string)] = nil
+			if resolved.Validate(args) == nil {
+				t.Errorf("%s: required %s given as null passes the published schema", name, req)
+			}
+		}
+	}
+}
+
+// sampleArgs is a valid value of the object schema s: its required
+// properties from sampleValue, its optional ones null, or with set
+// sampleValue's too.
+func sampleArgs(s map[string]any, set bool) map[string]any {
+	out := map[string]any{}
+	props, _ := s["properties"].(map[string]any)
+	req, _ := s["required"].([]any)
+	for name, p := range props {
+		switch {
+		case slices.Contains(req, any(name)):
+			out[name] = sampleValue(p.(map[string]any))
+		case set:
+			out[name] = sampleValue(p.(map[string]any))
+		default:
+			out[name] = nil
+		}
+	}
+	return out
+}
+
+// sampleValue is a valid value of s: its first enum value, or the least
+// of its type (an array of one item, an object of sampleArgs with
+// optional properties null; a string that matches its pattern); the
+// non-null branch of an anyOf with null.
+func sampleValue(s map[string]any) any {
+	if alts, ok := s["anyOf"].([]any); ok {
+		for _, a := range alts {
+			if a := a.(map[string]any); a["type"] != "null" {
+				return sampleValue(a)
+			}
+		}
+	}
+	if enum, ok := s["enum"].([]any); ok {
+		return enum[0]
+	}
+	switch s["type"] {
+	case "string":
+		pattern, _ := s["pattern"].(string)
+		for _, v := range []string{"a", "0644"} {
+			if regexp.MustCompile(pattern).MatchString(v) {
+				return v
+			}
+		}
+		return "a"
+	case "integer", "number":
+		if m, ok := s["minimum"].(float64); ok {
+			return m
+		}
+		return 1
+	case "boolean":
+		return false
+	case "array":
+		return []any{sampleValue(s["items"].(map[string]any))}
+	case "object":
+		return sampleArgs(s, false)
+	}
+	return nil
 }
 
 // TestValidationErrorCut: a refused argument is not echoed whole (a 5 MB
@@ -184,6 +286,71 @@ func TestHTTPSessionsEvicted(t *testing.T) {
 	h.sessions[b2].active++
 	if _, code := initialize("198.51.100.7:1002"); code != http.StatusServiceUnavailable {
 		t.Errorf("a third session of client B with both of B's busy: HTTP %d, want 503", code)
+	}
+}
+
+// TestHTTPFloodKeepsLiveSessions: a flood of initialize from one address
+// does not evict another client's live session (issue #37: it got 404).
+// Both clients are on loopback, which counts as one client (as all clients
+// behind one proxy do), so the per-client cap alone cannot tell them
+// apart: the flood's own sessions that never made a second request go
+// first, and a session used recently is never evicted: when only such
+// sessions are left, the new one is refused (503) instead.
+func TestHTTPFloodKeepsLiveSessions(t *testing.T) {
+	s, _ := testServer(t)
+	h := NewHTTPHandler(s, &HTTPOptions{MaxSessions: 8, MaxSessionsPerClient: 4, AnyHost: true})
+	defer h.Close()
+	post := func(remote, session, body string) (string, int) {
+		req := httptest.NewRequest("POST", "/mcp", strings.NewReader(body))
+		req.RemoteAddr = remote
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set(headerSessionID, session)
+			req.Header.Set(headerProtocolVersion, Version20251125)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Header().Get(headerSessionID), w.Code
+	}
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	const initialized = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
+	const ping = `{"jsonrpc":"2.0","id":2,"method":"ping"}`
+	live, _ := post("127.0.0.1:40000", "", initialize)
+	post("127.0.0.1:40000", live, initialized)
+	if _, code := post("127.0.0.1:40000", live, ping); code != 200 {
+		t.Fatalf("the live client's ping: HTTP %d", code)
+	}
+
+	// A flood of initialize only: each new session takes the place of an
+	// older one of the flood.
+	for i := range 20 {
+		if _, code := post(fmt.Sprintf("127.0.0.1:%d", 50000+i), "", initialize); code != 200 {
+			t.Errorf("flood initialize %d: HTTP %d, want 200 (in the place of an unused one)", i, code)
+		}
+	}
+	if _, code := post("127.0.0.1:40000", live, ping); code != 200 {
+		t.Fatalf("after a flood of initialize, the live client's session: HTTP %d, want 200", code)
+	}
+
+	// A flood that uses its sessions once each: it may not push the live
+	// session out either; past the cap it is refused.
+	refused := 0
+	for i := range 20 {
+		remote := fmt.Sprintf("127.0.0.1:%d", 60000+i)
+		id, code := post(remote, "", initialize)
+		if code == http.StatusServiceUnavailable {
+			refused++
+			continue
+		}
+		post(remote, id, initialized)
+		post(remote, id, ping)
+	}
+	if _, code := post("127.0.0.1:40000", live, ping); code != 200 {
+		t.Errorf("after a flood of used sessions, the live client's session: HTTP %d, want 200", code)
+	}
+	if refused == 0 {
+		t.Error("a flood of used sessions was never refused: it evicted recently used sessions")
 	}
 }
 

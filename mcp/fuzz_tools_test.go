@@ -324,15 +324,7 @@ func fuzzListTools(f *testing.F, s *Server) map[string]fuzzTool {
 		if raw == nil {
 			return nil
 		}
-		var sch jsonschema.Schema
-		if err := json.Unmarshal(raw, &sch); err != nil {
-			f.Fatalf("%s: schema: %v", name, err)
-		}
-		r, err := sch.Resolve(nil)
-		if err != nil {
-			f.Fatalf("%s: schema does not resolve: %v", name, err)
-		}
-		return r
+		return wireSchema(f, name+": schema", raw)
 	}
 	tools := map[string]fuzzTool{}
 	var names []string

@@ -44,14 +44,22 @@ type HTTPOptions struct {
 	// MaxSessions caps the live sessions (0: 1000) and
 	// MaxSessionsPerClient those of one client, by remote address (0:
 	// MaxSessions/10, at least 1). A new session past either cap takes
-	// the place of the least recently used idle one (of that client, for
-	// its own cap): no client locks the others out by opening sessions and
-	// leaving them (issue #17: the table was swept only of sessions idle
-	// for an hour). Only when every session in the way is busy (a request
-	// in flight, a GET stream open) is the new one refused, with 503.
-	// Loopback clients all count as one.
+	// the place of an idle one (of that client, for its own cap): no
+	// client locks the others out by opening sessions and leaving them
+	// (issue #17: the table was swept only of sessions idle for an hour).
+	// The one evicted is the oldest that never made a request after
+	// initialize, else the least recently used, but never one used within
+	// SessionKeep nor a busy one (a request in flight, a GET stream open):
+	// when only those are in the way, the new session is refused with
+	// 503. Loopback clients all count as one, as do all clients behind
+	// one proxy, so an address is no identity: a flood of initialize from
+	// it evicted another client's live session (issue #37); it now evicts
+	// its own unused sessions.
 	MaxSessions          int
 	MaxSessionsPerClient int
+	// SessionKeep is how long a session that made a request after
+	// initialize is safe from eviction after its last use (0: 10 minutes).
+	SessionKeep time.Duration
 	// BodyTimeout bounds the reading of a POST body (0: 30s): a client
 	// that sends it slowly does not hold the connection for ever (408).
 	BodyTimeout time.Duration
@@ -77,6 +85,9 @@ func NewHTTPHandler(s *Server, opts *HTTPOptions) *HTTPHandler {
 	if h.opts.MaxSessionsPerClient <= 0 {
 		h.opts.MaxSessionsPerClient = max(h.opts.MaxSessions/10, 1)
 	}
+	if h.opts.SessionKeep <= 0 {
+		h.opts.SessionKeep = 10 * time.Minute
+	}
 	if h.opts.BodyTimeout <= 0 {
 		h.opts.BodyTimeout = 30 * time.Second
 	}
@@ -101,6 +112,7 @@ type httpSession struct {
 	get      chan []byte // the GET stream's queue; nil when none is open
 	lastUsed time.Time
 	active   int // POSTs in progress
+	requests int // requests made, initialize included
 }
 
 func (hs *httpSession) notify(msg []byte) error {
@@ -337,6 +349,9 @@ func (h *HTTPHandler) post(w http.ResponseWriter, r *http.Request) {
 	hs.mu.Lock()
 	hs.active++
 	hs.lastUsed = time.Now()
+	if m.isRequest() {
+		hs.requests++
+	}
 	hs.mu.Unlock()
 	defer func() {
 		hs.mu.Lock()
@@ -607,8 +622,8 @@ func clientOf(r *http.Request) string {
 	return host
 }
 
-// newSession makes a session for client, in the place of the least
-// recently used idle session when a cap is reached (its client's own for
+// newSession makes a session for client, in the place of an idle one
+// (evictLocked) when a cap is reached (its client's own for
 // MaxSessionsPerClient).
 func (h *HTTPHandler) newSession(client string) (*httpSession, error) {
 	h.sweep()
@@ -623,11 +638,11 @@ func (h *HTTPHandler) newSession(client string) (*httpSession, error) {
 	switch {
 	case mine >= h.opts.MaxSessionsPerClient:
 		if !h.evictLocked(client) {
-			return nil, fmt.Errorf("too many sessions of this client (%d, all busy): end some with DELETE", mine)
+			return nil, fmt.Errorf("too many sessions of this client (%d, all busy or used in the last %s): end some with DELETE", mine, h.opts.SessionKeep)
 		}
 	case len(h.sessions) >= h.opts.MaxSessions:
 		if !h.evictLocked("") {
-			return nil, fmt.Errorf("too many sessions (%d, all busy): retry later, and end unused ones with DELETE", len(h.sessions))
+			return nil, fmt.Errorf("too many sessions (%d, all busy or used in the last %s): retry later, and end unused ones with DELETE", len(h.sessions), h.opts.SessionKeep)
 		}
 	}
 	hs := &httpSession{lastUsed: time.Now(), client: client}
@@ -639,28 +654,36 @@ func (h *HTTPHandler) newSession(client string) (*httpSession, error) {
 	return hs, nil
 }
 
-// evictLocked ends the least recently used idle session (of client, if
-// not ""); false if there is none (h.mu held).
+// evictLocked ends an idle session (of client, if not ""): the oldest
+// that made no request after initialize, else the least recently used of
+// those not used within SessionKeep; false if there is none (h.mu held).
+// A flood of initialize thus replaces its own sessions, and a flood that
+// uses each of its sessions once is refused, instead of ending others'
+// live ones (issue #37).
 func (h *HTTPHandler) evictLocked(client string) bool {
-	var oldest *httpSession
-	var oldestUse time.Time
+	var victim *httpSession
+	var victimUnused bool
+	var victimUse time.Time
 	for _, hs := range h.sessions {
 		if client != "" && hs.client != client {
 			continue
 		}
 		hs.mu.Lock()
-		idle, used := hs.active == 0 && hs.get == nil, hs.lastUsed
+		idle, unused, used := hs.active == 0 && hs.get == nil, hs.requests <= 1, hs.lastUsed
 		hs.mu.Unlock()
-		if idle && (oldest == nil || used.Before(oldestUse)) {
-			oldest, oldestUse = hs, used
+		if !idle || (!unused && time.Since(used) < h.opts.SessionKeep) {
+			continue
+		}
+		if victim == nil || (unused && !victimUnused) || (unused == victimUnused && used.Before(victimUse)) {
+			victim, victimUnused, victimUse = hs, unused, used
 		}
 	}
-	if oldest == nil {
+	if victim == nil {
 		return false
 	}
-	h.s.log.Info("http session evicted for a new one", "idle", time.Since(oldestUse).Round(time.Second))
-	delete(h.sessions, oldest.ss.id)
-	go oldest.ss.close()
+	h.s.log.Info("http session evicted for a new one", "idle", time.Since(victimUse).Round(time.Second), "used", !victimUnused)
+	delete(h.sessions, victim.ss.id)
+	go victim.ss.close()
 	return true
 }
 

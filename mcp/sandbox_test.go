@@ -344,16 +344,23 @@ func (c *sbConn) listTools() {
 		if !ok {
 			continue
 		}
-		var sch jsonschema.Schema
-		if err := json.Unmarshal([]byte(mustJSON(raw)), &sch); err != nil {
-			c.t.Fatalf("outputSchema of %s: %v", name, err)
-		}
-		res, err := sch.Resolve(nil)
-		if err != nil {
-			c.t.Fatalf("outputSchema of %s does not resolve: %v", name, err)
-		}
-		c.schemas[name] = res
+		c.schemas[name] = wireSchema(c.t, "outputSchema of "+name, raw)
 	}
+}
+
+// wireSchema resolves a schema as a client gets it (v: its JSON, raw or
+// decoded), to validate with jsonschema-go as a client would.
+func wireSchema(tb testing.TB, what string, v any) *jsonschema.Resolved {
+	tb.Helper()
+	var sch jsonschema.Schema
+	if err := json.Unmarshal([]byte(mustJSON(v)), &sch); err != nil {
+		tb.Fatalf("%s: %v", what, err)
+	}
+	res, err := sch.Resolve(nil)
+	if err != nil {
+		tb.Fatalf("%s does not resolve: %v", what, err)
+	}
+	return res
 }
 
 // validate checks r's structuredContent, if any, against name's outputSchema.

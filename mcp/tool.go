@@ -135,11 +135,13 @@ func AddTool[In, Out any](s *Server, t *Tool, h ToolHandlerFor[In, Out]) {
 		panic(fmt.Sprintf("mcp: tool %s: the input schema must be an object schema", tool.Name))
 	}
 	plainTypes(inSchema)
-	tool.InputSchema = inSchema
 	inResolved, err := inSchema.Resolve(&jsonschema.ResolveOptions{ValidateDefaults: true})
 	if err != nil {
 		panic(fmt.Sprintf("mcp: tool %s: input schema: %v", tool.Name, err))
 	}
+	// Published: the same schema with null allowed for every optional
+	// property; validated here: the plain one, after dropNulls.
+	tool.InputSchema = nullableOptional(inSchema.CloneSchemas())
 	hasOut := reflect.TypeFor[Out]() != reflect.TypeFor[any]()
 	if hasOut {
 		outSchema, err := schemaFor[Out](tool.OutputSchema)
@@ -159,13 +161,9 @@ func AddTool[In, Out any](s *Server, t *Tool, h ToolHandlerFor[In, Out]) {
 		if err := json.Unmarshal(args, &inst); err != nil {
 			return errorResult("invalid arguments for tool %s: arguments must be a JSON object", tool.Name), nil, nil
 		}
-		// An optional argument given as null is absent: the schema has
-		// plain types (plainTypes), and clients write null for "not set".
-		for k, v := range inst {
-			if v == nil && !slices.Contains(inSchema.Required, k) {
-				delete(inst, k)
-			}
-		}
+		// An optional argument given as null is absent, at any depth:
+		// clients write null for "not set" (nullableOptional).
+		dropNulls(inSchema, inst)
 		if err := inResolved.ApplyDefaults(&inst); err != nil {
 			return errorResult("invalid arguments for tool %s: %v", tool.Name, err), nil, nil
 		}
@@ -272,8 +270,9 @@ func cleanSchemaError(err error) string {
 // plainTypes turns every type union with null (jsonschema-go writes
 // ["null", "array"] for a slice, map or pointer) into the plain type:
 // clients that map a schema to one type per field weakened or refused the
-// 20 such unions of sandcell's tools (issue #17). Absence is what says
-// "not set": nonNil makes results agree.
+// 20 such unions of sandcell's tools (issue #17). In a result absence is
+// what says "not set" (nonNil makes results agree); an argument may also
+// be null (nullableOptional).
 func plainTypes(s *jsonschema.Schema) {
 	if s == nil {
 		return
@@ -299,6 +298,63 @@ func plainTypes(s *jsonschema.Schema) {
 	plainTypes(s.Items)
 	plainTypes(s.AdditionalProperties)
 	plainTypes(s.Not)
+}
+
+// nullableOptional makes every optional property of s, at any depth (the
+// properties of its properties, of its array items), accept null as well,
+// and returns s. Clients write null for an argument they do not set, and
+// some check the arguments against the published schema before sending:
+// LangChain's MCP adapter refused execute_code with "args": null (issue
+// #37). The property becomes {"anyOf": [plain schema, {"type": "null"}]},
+// its title, description and default outside: the form Pydantic publishes
+// for an Optional field, which every client that maps a property to one
+// type reads as that type, unlike a type union ["null", X] (plainTypes,
+// issue #17). The server drops such nulls before it validates (dropNulls).
+func nullableOptional(s *jsonschema.Schema) *jsonschema.Schema {
+	if s == nil {
+		return nil
+	}
+	for name, p := range s.Properties {
+		nullableOptional(p)
+		if slices.Contains(s.Required, name) {
+			continue
+		}
+		plain := *p
+		plain.Title, plain.Description, plain.Default = "", "", nil
+		s.Properties[name] = &jsonschema.Schema{Title: p.Title, Description: p.Description, Default: p.Default,
+			AnyOf: []*jsonschema.Schema{&plain, {Type: "null"}}}
+	}
+	nullableOptional(s.Items)
+	nullableOptional(s.AdditionalProperties)
+	return s
+}
+
+// dropNulls deletes from the arguments v every optional property of s
+// given as null, at any depth that s describes (as nullableOptional
+// publishes them): null is "not set". A null anywhere else (a required
+// property, an entry of a map, an undeclared name) stays, and the plain
+// schema refuses it.
+func dropNulls(s *jsonschema.Schema, v any) {
+	if s == nil {
+		return
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			p := s.Properties[k]
+			switch {
+			case p == nil:
+			case x == nil && !slices.Contains(s.Required, k):
+				delete(v, k)
+			default:
+				dropNulls(p, x)
+			}
+		}
+	case []any:
+		for _, x := range v {
+			dropNulls(s.Items, x)
+		}
+	}
 }
 
 // nonNil is v with every nil slice and map of a field that is always

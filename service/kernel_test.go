@@ -364,20 +364,88 @@ func TestKernelExpiry(t *testing.T) {
 	e2.s.SetKernelOptions(KernelOptions{Idle: time.Hour})
 	id := e2.session("python")
 	e2.cell(id, api.CellRequest{})
-	ctx, cancel := context.WithCancel(e2.ctx)
-	done := make(chan struct{})
-	go func() { e2.s.ExpireSessions(ctx); close(done) }()
-	cancel()
-	<-done
-	deadline := time.Now().Add(5 * time.Second)
-	for e2.s.LiveKernels() != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	e2.stopServer()
 	if e2.s.LiveKernels() != 0 {
 		t.Fatal("a kernel outlived the server's context")
 	}
 	if res := e2.cell(id, api.CellRequest{}); res.Kernel.Previous != "the server stopped" {
 		t.Errorf("after the stop: previous %q", res.Kernel.Previous)
+	}
+}
+
+// restarted is a new service over e's session store, as a server started
+// again on the same home has: the fakes and the kernels of e are left
+// behind, as after kill -9.
+func (e *env) restarted() *env {
+	e.t.Helper()
+	ws, err := workspace.Open(e.ws.Dir(), workspace.Options{UID: os.Getuid(), GID: os.Getgid()})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	f := &fakeExec{t: e.t, store: e.exec.store}
+	return &env{t: e.t, exec: f, ws: ws, s: NewWith(f, ws, nil, nil), ctx: e.ctx}
+}
+
+// stopServer runs the service's expiry with its context ended, as a
+// server that stops, and waits (5 s at most) until no kernel is live.
+func (e *env) stopServer() {
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { e.s.ExpireSessions(ctx); close(done) }()
+	cancel()
+	<-done
+	deadline := time.Now().Add(5 * time.Second)
+	for e.s.LiveKernels() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// After a server restart, the first cell's new kernel says why the
+// previous one ended: with the server (kill -9, or a stop that said so),
+// or as it had before (issue #37: previous was empty, the reason lived in
+// the dead server's memory). A session that never had a kernel has no
+// previous one.
+func TestKernelPreviousAfterRestart(t *testing.T) {
+	e := newEnv(t, nil, workspace.Options{})
+	killed, stopped, never := e.session("python"), e.session("python"), e.session("python")
+	e.cell(killed, api.CellRequest{})
+	e.cell(stopped, api.CellRequest{})
+	if _, err := e.s.RestartKernel(e.ctx, stopped, "", true, api.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	after := e.restarted()
+	for _, tt := range []struct{ id, want string }{
+		{killed, "the server restarted"},
+		{stopped, "it was stopped on request"},
+		{never, ""},
+	} {
+		res := after.cell(tt.id, api.CellRequest{})
+		if !res.Kernel.New || res.Kernel.Previous != tt.want {
+			t.Errorf("first cell after the restart: new %v, previous %q, want %q", res.Kernel.New, res.Kernel.Previous, tt.want)
+		}
+		if tt.want != "" && !strings.Contains(res.Message, "the previous one is gone: "+tt.want) {
+			t.Errorf("first cell after the restart: message %q", res.Message)
+		}
+		if res := after.cell(tt.id, api.CellRequest{}); res.Kernel.New || res.Kernel.Previous != "" {
+			t.Errorf("second cell after the restart: %+v", res.Kernel)
+		}
+	}
+
+	// A server that stopped its kernels says so.
+	after.stopServer()
+	// The stop runs beside the server's exit: wait for its record.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		sess, err := after.ws.Get(killed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sess.Meta().Kernels["python"] != "" {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if res := after.restarted().cell(killed, api.CellRequest{}); res.Kernel.Previous != "the server stopped" {
+		t.Errorf("after a server that stopped its kernels: previous %q", res.Kernel.Previous)
 	}
 }
 

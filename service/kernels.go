@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,7 +25,8 @@ type kernelKey struct{ session, language string }
 // kernelEntry is one live kernel of a session.
 type kernelEntry struct {
 	k        Kernel
-	limits   limits.Set // the kernel's sandbox's, for its whole life
+	sess     *workspace.Session // whose meta records the kernel (recordKernel)
+	limits   limits.Set         // the kernel's sandbox's, for its whole life
 	lastUsed time.Time
 	busy     bool // a call uses it: the idle stop leaves it alone
 	stale    bool // the session's files changed outside it: refill before its next cell
@@ -41,7 +43,8 @@ type kernels struct {
 	opts KernelOptions
 	live map[kernelKey]*kernelEntry
 	// gone says why a session's last kernel of a language ended, for the
-	// next call's result.
+	// next call's result; the session's meta has it too (recordKernel),
+	// for a server started later.
 	gone     map[kernelKey]string
 	starting int
 	// cells numbers a session's cells (outputs/cellN-*), across its
@@ -103,6 +106,7 @@ func (ks *kernels) take(key kernelKey, restart bool) (e *kernelEntry, stale bool
 		delete(ks.live, key)
 		ks.mu.Unlock()
 		e.k.Destroy()
+		ks.recordKernel(e.sess, key, previous)
 		return nil, false, previous
 	}
 	e.busy = true
@@ -112,18 +116,24 @@ func (ks *kernels) take(key kernelKey, restart bool) (e *kernelEntry, stale bool
 }
 
 // start starts a kernel for key, marked busy; previous says why the
-// session's last kernel of the language is gone ("": as recorded).
+// session's last kernel of the language is gone ("": as recorded, in
+// memory or in the session's meta).
 func (ks *kernels) start(ctx context.Context, sess *workspace.Session, key kernelKey, lim api.Limits, work *sessionWork, previous string) (*kernelEntry, api.KernelInfo, []string, error) {
+	m := sess.Meta()
 	ks.mu.Lock()
 	if previous == "" {
 		previous = ks.gone[key]
+	}
+	if recorded, ok := m.Kernels[key.language]; previous == "" && ok {
+		// Recorded by an earlier server: one still live then ended
+		// with that server, killed or stopped without a word.
+		previous = cmp.Or(recorded, serverRestarted)
 	}
 	delete(ks.gone, key)
 	ks.mu.Unlock()
 	if err := ks.reserve(); err != nil {
 		return nil, api.KernelInfo{}, nil, err
 	}
-	m := sess.Meta()
 	st, err := ks.s.exec.StartKernel(ctx, executor.KernelRequest{Language: key.language, Limits: lim, Image: m.Image,
 		Workspace: work, WorkBytes: m.Quota, Installed: m.Deps})
 	ks.mu.Lock()
@@ -135,9 +145,10 @@ func (ks *kernels) start(ctx context.Context, sess *workspace.Session, key kerne
 		ks.mu.Unlock()
 		return nil, api.KernelInfo{}, nil, err
 	}
-	e := &kernelEntry{k: st.Kernel, limits: st.Limits, lastUsed: time.Now(), busy: true}
+	e := &kernelEntry{k: st.Kernel, sess: sess, limits: st.Limits, lastUsed: time.Now(), busy: true}
 	ks.live[key] = e
 	ks.mu.Unlock()
+	ks.recordKernel(sess, key, "")
 	ks.s.log.Info("kernel started", "session", key.session, "language", key.language, "kernel", e.k.String())
 	return e, api.KernelInfo{Language: key.language, Version: e.k.Version(), New: true, Previous: previous}, st.Notes, nil
 }
@@ -160,17 +171,37 @@ func (ks *kernels) reserve() error {
 }
 
 // release hands a kernel back after a call; a kernel that is gone is
-// forgotten (why says why, for the next call).
+// forgotten (why says why, for the next call; "": its death reason).
 func (ks *kernels) release(key kernelKey, e *kernelEntry, alive bool, why string) {
 	ks.mu.Lock()
-	defer ks.mu.Unlock()
 	e.busy = false
 	e.lastUsed = time.Now()
-	if !alive && ks.live[key] == e {
+	gone := !alive && ks.live[key] == e
+	if gone {
 		delete(ks.live, key)
-		if why != "" {
-			ks.gone[key] = why
-		}
+		why = cmp.Or(why, e.k.DeathReason())
+		ks.gone[key] = why
+	}
+	ks.mu.Unlock()
+	if gone {
+		ks.recordKernel(e.sess, key, why)
+	}
+}
+
+// serverRestarted is why a kernel that an earlier server left live on
+// record is gone.
+const serverRestarted = "the server restarted"
+
+// recordKernel records in the session's meta that its kernel of key's
+// language is live (why "") or why it ended, so that a server started
+// later says why the state was lost (issue #37); a session removed
+// meanwhile needs no record.
+func (ks *kernels) recordKernel(sess *workspace.Session, key kernelKey, why string) {
+	if sess == nil {
+		return
+	}
+	if err := sess.SetKernel(key.language, why); err != nil && !errors.Is(err, workspace.ErrNotFound) {
+		ks.s.log.Warn("kernel not recorded in the session's meta", "session", key.session, "language", key.language, "error", err)
 	}
 }
 
@@ -257,16 +288,21 @@ var cellFileRE = regexp.MustCompile(`^` + outputsDir + `/cell([0-9]{1,9})-`)
 // its caller holds), recording why; it returns how many.
 func (ks *kernels) stop(match func(kernelKey) bool, why string) int {
 	ks.mu.Lock()
-	var victims []*kernelEntry
+	victims := map[kernelKey]*kernelEntry{}
 	for key, e := range ks.live {
 		if match(key) && !e.busy {
-			victims = append(victims, e)
+			victims[key] = e
 			delete(ks.live, key)
 			ks.gone[key] = why
 		}
 	}
 	ks.mu.Unlock()
-	for _, e := range victims {
+	for key, e := range victims {
+		// Recorded first: a server that stops may exit before the
+		// kernel is destroyed.
+		if why != "" {
+			ks.recordKernel(e.sess, key, why)
+		}
 		e.k.Destroy()
 	}
 	return len(victims)
@@ -299,17 +335,18 @@ func (ks *kernels) changed(id string) {
 // reapDead forgets the kernels that died between calls (not in use).
 func (ks *kernels) reapDead() {
 	ks.mu.Lock()
-	var dead []*kernelEntry
+	dead := map[kernelKey]*kernelEntry{}
 	for key, e := range ks.live {
 		if !e.busy && !e.k.Alive() {
-			dead = append(dead, e)
+			dead[key] = e
 			delete(ks.live, key)
 			ks.gone[key] = e.k.DeathReason()
 		}
 	}
 	ks.mu.Unlock()
-	for _, e := range dead {
+	for key, e := range dead {
 		e.k.Destroy()
+		ks.recordKernel(e.sess, key, e.k.DeathReason())
 	}
 }
 

@@ -98,6 +98,11 @@ type Meta struct {
 	// (install_dependencies with its id), by language name: normalised
 	// requirements, kept here so that they survive a restart.
 	Deps map[string][]string `json:"deps,omitempty"`
+	// Kernels are the session's kernels by language: "" while one is
+	// live, else why the last one ended. Kept here so that a server
+	// started again can say why a kernel's state was lost: one still
+	// live on record ended with the server before it (issue #37).
+	Kernels map[string]string `json:"kernels,omitempty"`
 }
 
 // expired reports whether m has been idle for longer than its TTL at now.
@@ -612,39 +617,70 @@ func (ss *Session) SetDeps(language string, reqs []string) error {
 	if err := ss.locked(); err != nil {
 		return err
 	}
-	fd, err := ss.store.openStore()
+	m, err := ss.updateMeta(func(m *Meta) {
+		if m.Deps == nil {
+			m.Deps = map[string][]string{}
+		}
+		if len(reqs) == 0 {
+			delete(m.Deps, language)
+		} else {
+			m.Deps[language] = slices.Clone(reqs)
+		}
+	})
 	if err != nil {
 		return err
+	}
+	ss.meta.Deps = m.Deps
+	return nil
+}
+
+// SetKernel records in the session's meta.json that its kernel of
+// language is live (ended ""), or why it ended (Meta.Kernels). It needs
+// no Lock (a kernel ends between calls too, when it is stopped idle or
+// with the server) and changes the Meta of the Sessions that Get returns
+// later, not ss's.
+func (ss *Session) SetKernel(language, ended string) error {
+	_, err := ss.updateMeta(func(m *Meta) {
+		if m.Kernels == nil {
+			m.Kernels = map[string]string{}
+		}
+		m.Kernels[language] = ended
+	})
+	return err
+}
+
+// updateMeta applies change to the session's meta.json (read, changed and
+// replaced under the state's mutex, as Get's LastUsed) and returns the
+// result.
+func (ss *Session) updateMeta(change func(*Meta)) (Meta, error) {
+	fd, err := ss.store.openStore()
+	if err != nil {
+		return Meta{}, err
 	}
 	defer unix.Close(fd)
 	ss.st.mu.Lock()
 	defer ss.st.mu.Unlock()
 	id := ss.meta.ID
+	if ss.st.removed {
+		return Meta{}, fmt.Errorf("%w: session %s was removed", ErrNotFound, id)
+	}
 	sess, err := openDir(fd, id)
 	if err == unix.ENOENT {
-		return fmt.Errorf("%w: session %s", ErrNotFound, id)
+		return Meta{}, fmt.Errorf("%w: session %s", ErrNotFound, id)
 	}
 	if err != nil {
-		return fmt.Errorf("session %s: %w", id, err)
+		return Meta{}, fmt.Errorf("session %s: %w", id, err)
 	}
 	defer unix.Close(sess)
 	m, err := readMeta(sess, id)
 	if err != nil {
-		return err
+		return Meta{}, err
 	}
-	if m.Deps == nil {
-		m.Deps = map[string][]string{}
-	}
-	if len(reqs) == 0 {
-		delete(m.Deps, language)
-	} else {
-		m.Deps[language] = slices.Clone(reqs)
-	}
+	change(&m)
 	if err := writeMeta(sess, &m); err != nil {
-		return fmt.Errorf("session %s: %w", id, err)
+		return Meta{}, fmt.Errorf("session %s: %w", id, err)
 	}
-	ss.meta.Deps = m.Deps
-	return nil
+	return m, nil
 }
 
 // state returns the shared state of session id, creating it if the

@@ -246,6 +246,7 @@ func (g *Runsc) prepare(ctx context.Context, req *oci.Request, ahead bool) (_ *g
 	}
 	withoutInodeCaps(spec)
 	withoutTun(spec)
+	withoutFuse(spec)
 	if r.cfg.SingleID {
 		withoutUserNS(spec)
 	}
@@ -789,13 +790,26 @@ func withoutUserNS(spec *specs.Spec) {
 // that SECURITY.md's device list does not grant. An empty read-only tmpfs
 // over /dev/net covers it (gVisor mounts the spec's mounts after it has
 // populated /dev).
-//
-// gVisor's /dev/fuse stays: it is a file, and a file can be covered only
-// by a bind mount, which runsc's gofer makes on the read-only layer and
-// cannot. It is inert: serving a FUSE filesystem takes mount(2), which the
-// sandbox's filter denies (seccomp.GVisorProfile), so an open /dev/fuse
-// only ever answers EIO.
 func withoutTun(spec *specs.Spec) {
 	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/dev/net", Type: "tmpfs", Source: "tmpfs",
 		Options: []string{"ro", "nosuid", "noexec", "nodev", "mode=755", "size=4096"}})
+}
+
+// withoutFuse closes gVisor's FUSE device: /dev/fuse opened read-write in
+// a gVisor run (issue #37). It is gVisor's own (its sentry serves FUSE; no
+// host device) and was inert, serving a filesystem takes mount(2), which
+// the sandbox's filter denies (seccomp.GVisorProfile), but the fd still
+// reaches the sentry's FUSE device code (its read, write and poll) with
+// program-chosen bytes: attack surface of the user-space kernel that a
+// runc run has not and SECURITY.md's device list does not grant. A file
+// can be covered only by a bind mount, which runsc's gofer would make on
+// the read-only layer; a tmpfs can be mounted on it instead (gVisor's
+// mount, unlike Linux's graft_tree, lets a directory cover a file):
+// /dev/fuse becomes an empty read-only directory of mode 000, which the
+// program (not root) cannot open at all (EACCES; a read-write open of a
+// directory is EISDIR anyway), and whose fd would be no device. gVisor
+// mounts the spec's mounts after it has populated /dev.
+func withoutFuse(spec *specs.Spec) {
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/dev/fuse", Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"ro", "nosuid", "noexec", "nodev", "mode=000", "size=4096"}})
 }

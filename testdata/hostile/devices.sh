@@ -25,11 +25,16 @@ for f in /dev/mem /dev/kmem /dev/port /dev/kmsg /dev/sda /dev/vda /dev/nvme0n1 /
   if head -c 1 "$f" >/dev/null 2>&1; then echo "read $f ESCAPED"; fi
 done
 # gVisor's /dev adds its TUN and FUSE devices: TUN must not be there (an
-# empty read-only tmpfs covers /dev/net); FUSE is inert (no mount(2)).
+# empty read-only tmpfs covers /dev/net), FUSE must not open (a tmpfs of
+# mode 000 covers /dev/fuse, issue #37).
 if [ -e /dev/net/tun ]; then
   if (exec 3<>/dev/net/tun) 2>/dev/null; then echo "tun opens"; else echo "tun present, does not open"; fi
 else
   echo "tun absent"
 fi
-if [ -e /dev/fuse ]; then echo "fuse present"; else echo "fuse absent"; fi
+if [ -e /dev/fuse ]; then
+  if (exec 3<>/dev/fuse) 2>/dev/null; then echo "fuse opens"; else echo "fuse present, does not open"; fi
+else
+  echo "fuse absent"
+fi
 echo "devices done"
