@@ -107,6 +107,7 @@ func New(opts Options) *Handler {
 	h.judge0 = newJudge0(h)
 	h.pistonRoutes()
 	h.judge0.routes()
+	h.fusionRoutes()
 	return h
 }
 
@@ -130,6 +131,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			if piston {
 				pistonError(w, status, reason)
+			} else if isFusionPath(r.URL.Path) {
+				fusionError(w, status, reason)
 			} else {
 				judge0Error(w, status, reason)
 			}
