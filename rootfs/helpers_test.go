@@ -88,6 +88,13 @@ func symlink(t testing.TB, target, link string) {
 // real one. The store's roots are unmounted when the test ends.
 func fakeStore(t testing.TB, langs ...string) *Store {
 	t.Helper()
+	return fakeStoreWith(t, nil, langs...)
+}
+
+// fakeStoreWith is fakeStore whose layers list the packages pkgs gives by
+// layer name (default: one package named as the layer, version 1.0).
+func fakeStoreWith(t testing.TB, pkgs map[string][]Package, langs ...string) *Store {
+	t.Helper()
 	s := &Store{Dir: filepath.Join(t.TempDir(), "store")}
 	t.Cleanup(func() {
 		if os.Geteuid() == 0 {
@@ -111,7 +118,7 @@ func fakeStore(t testing.TB, langs ...string) *Store {
 			}
 			id := ref.id()
 			if !ok {
-				id = fakeLayer(t, s, spec.name, r, map[string]string{spec.name + ".txt": spec.name + "\n"})
+				id = fakeLayerWith(t, s, spec.name, r, map[string]string{spec.name + ".txt": spec.name + "\n"}, pkgs[spec.name])
 			}
 			lower = append([]string{id}, lower...)
 		}
@@ -123,12 +130,18 @@ func fakeStore(t testing.TB, langs ...string) *Store {
 // the skeleton's) and points r's key at it. It returns the layer's id.
 func fakeLayer(t testing.TB, s *Store, name string, r recipe, files map[string]string) string {
 	t.Helper()
+	return fakeLayerWith(t, s, name, r, files, nil)
+}
+
+// fakeLayerWith is fakeLayer listing pkgs as the layer's packages (nil:
+// one named as the layer, version 1.0).
+func fakeLayerWith(t testing.TB, s *Store, name string, r recipe, files map[string]string, pkgs []Package) string {
+	t.Helper()
 	tmp, err := s.newBuildDir(r.key())
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := filepath.Join(tmp, "root")
-	var pkgs []Package
 	if r.Kind == KindSkeleton {
 		if err := writeSkeleton(root); err != nil {
 			t.Fatal(err)
@@ -136,7 +149,9 @@ func fakeLayer(t testing.TB, s *Store, name string, r recipe, files map[string]s
 	} else {
 		mkdirs(t, root, "usr/bin")
 		writeFiles(t, root, files)
-		pkgs = []Package{{Name: name, Version: "1.0", Arch: "all"}}
+		if pkgs == nil {
+			pkgs = []Package{{Name: name, Version: "1.0", Arch: "all"}}
+		}
 		// As a build does: readable by anyone whatever the umask.
 		fsroot, err := os.OpenRoot(root)
 		if err != nil {

@@ -43,6 +43,11 @@ type Language struct {
 	Run []string `json:"run"`
 	// Version is an argv that prints the language's version on stdout.
 	Version []string `json:"version"`
+	// VersionOf is the Debian package whose version is the language's,
+	// its interpreter's or compiler's, when that is not the first of
+	// Packages: python-data's first package is pandas, its version is
+	// python3's, a package of the language it extends.
+	VersionOf string `json:"version_of,omitempty"`
 	// Env is extra environment (KEY=value) for Compile, Run and Version.
 	// Compilers' caches point into /tmp or /work, the only writable places.
 	Env []string `json:"env"`
@@ -239,6 +244,8 @@ func (l Language) check() error {
 		return fmt.Errorf("version must be an argv with an absolute program path")
 	case l.Compile != nil && (len(l.Compile) == 0 || !path.IsAbs(l.Compile[0])):
 		return fmt.Errorf("compile must be an argv with an absolute program path")
+	case l.VersionOf != "" && !debianPackageRE().MatchString(l.VersionOf):
+		return fmt.Errorf("version_of %q is not a Debian package name", l.VersionOf)
 	case l.Extends == l.Name:
 		return fmt.Errorf("extends itself")
 	case l.Extends != "" && !nameRE().MatchString(l.Extends):

@@ -758,9 +758,10 @@ type Status struct {
 	Built    bool     `json:"built"`
 	// Wasm: the catalogue also offers the language under isolation wasm.
 	Wasm bool `json:"wasm"`
-	// Package is the language's main Debian package (its first) and
-	// Version the version its layer was built with, e.g. python3
-	// 3.11.2-1+b1. Version is empty when not built.
+	// Package is the language's main Debian package (Language.VersionOf,
+	// else its first) and Version the version its layers were built with,
+	// e.g. python3 3.11.2-1+b1: the interpreter's or compiler's, not a
+	// library's. Version is empty when not built.
 	Package string `json:"package"`
 	Version string `json:"version,omitempty"`
 	// Layer is the id of the language's own layer, Bytes its size and
@@ -784,6 +785,9 @@ func (s *Store) Status(lang Language) (Status, error) {
 	if len(lang.Packages) > 0 {
 		st.Package = lang.Packages[0]
 	}
+	if lang.VersionOf != "" {
+		st.Package = lang.VersionOf
+	}
 	if lang.Image != "" {
 		return s.imageStatus(lang, st)
 	}
@@ -796,7 +800,13 @@ func (s *Store) Status(lang Language) (Status, error) {
 	}
 	own := stack[1]
 	st.Built = true
-	st.Version = own.PackageVersion(st.Package)
+	// The package is in the language's own layer, or (VersionOf) in a
+	// layer of the language it extends.
+	for _, m := range append([]Manifest{own}, stack...) {
+		if st.Version = m.PackageVersion(st.Package); st.Version != "" {
+			break
+		}
+	}
 	st.Layer, st.Bytes, st.BuildSecs, st.BuiltAt = own.ID, own.Bytes, own.BuildSeconds, own.Built
 	for _, m := range stack {
 		st.StackBytes += m.Bytes

@@ -838,6 +838,27 @@ func TestStatus(t *testing.T) {
 	}
 }
 
+// TestStatusVersionOf: a language's version is its interpreter's, not a
+// library's: python-data's first package is pandas, its version python3's,
+// found in the layer of python, which it extends.
+func TestStatusVersionOf(t *testing.T) {
+	s := fakeStoreWith(t, map[string][]Package{
+		"python":      {{Name: "python3", Version: "3.11.2-1+b1", Arch: "amd64"}},
+		"python-data": {{Name: "python3-pandas", Version: "1.5.3+dfsg-2", Arch: "all"}, {Name: "python3-numpy", Version: "1:1.24.2-1", Arch: "amd64"}},
+	}, "python-data")
+	st, err := s.Status(mustLookup(t, "python-data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Built || st.Package != "python3" || st.Version != "3.11.2-1+b1" {
+		t.Errorf("Status(python-data): package %q version %q, want python3 3.11.2-1+b1 (the interpreter's)", st.Package, st.Version)
+	}
+	py, err := s.Status(mustLookup(t, "python"))
+	if err != nil || py.Package != "python3" || py.Version != "3.11.2-1+b1" {
+		t.Errorf("Status(python) = %+v, %v", py, err)
+	}
+}
+
 func TestChainInheritsTrim(t *testing.T) {
 	specs, err := chain(mustLookup(t, "cpp"))
 	if err != nil {
