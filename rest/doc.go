@@ -1,8 +1,10 @@
-// Package rest serves the REST APIs of two other code runners on
+// Package rest serves the REST APIs of three other code runners on
 // sandcell's HTTP listener, so that their existing clients work unchanged:
 // Piston v2 (GET /api/v2/runtimes, POST /api/v2/execute, the /api/v2/connect
-// WebSocket; piston.go, piston_ws.go) and Judge0 CE v1.13.1 (/submissions,
-// /submissions/batch, /languages, /statuses; judge0*.go).
+// WebSocket; piston.go, piston_ws.go), Judge0 CE v1.13.1 (/submissions,
+// /submissions/batch, /languages, /statuses; judge0*.go) and SandboxFusion's
+// POST /run_code, which RL trainers call (fusion.go; its fetch_files read
+// back through executor.FetchWork).
 //
 // Invariant: both are thin adapters over the executor. A request is
 // translated into one executor.Request (the language, its files, stdin,
