@@ -297,6 +297,8 @@ func TestHTTPGuardEveryRoute(t *testing.T) {
 		{"GET", "/statistics", "", "error"},
 		{"GET", "/submissions/x/", "", "error"},
 		{"POST", "/submissions/?wait=true", `{"language_id":46,"source_code":"echo hi"}`, "error"},
+		{"POST", "/run_code", `{"code":"echo hi","language":"bash"}`, "detail"},
+		{"GET", "/v1/ping", "", "detail"},
 	}
 	for _, rt := range routes {
 		for _, tc := range []struct {
