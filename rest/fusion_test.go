@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/executor"
@@ -358,4 +359,38 @@ func testLangNamed(t *testing.T, name string) (Language, error) {
 		t.Fatal(err)
 	}
 	return Language{Language: l, Package: "1.0-1", Version: "1.0.0"}, nil
+}
+
+// TestFusionRefusals checks the answers of a request that does not run:
+// the gate full (503, Retry-After, FastAPI's detail), a body past the cap
+// (413), a content type that is not JSON (415), limits the executor
+// refuses (SandboxError, nothing run).
+func TestFusionRefusals(t *testing.T) {
+	ts, fe, _ := newTestServer(t, func(o *Options) {
+		o.MaxBodyBytes = 1 << 10
+		o.Admit = func(ctx context.Context) (func(), error) {
+			return nil, &api.BusyError{RetryAfter: 2500 * time.Millisecond}
+		}
+	})
+	st, hdr, v := do(t, "POST", ts.URL+"/run_code", `{"code": "x", "language": "python"}`, nil)
+	if d, _ := obj(t, v)["detail"].(string); st != 503 || hdr.Get("Retry-After") != "3" || d == "" {
+		t.Errorf("busy: HTTP %d Retry-After %q %v, want 503, 3 and a detail", st, hdr.Get("Retry-After"), v)
+	}
+	st, _, v = do(t, "POST", ts.URL+"/run_code", `{"code": "`+strings.Repeat("x", 2<<10)+`", "language": "python"}`, nil)
+	if d, _ := obj(t, v)["detail"].(string); st != 413 || !strings.Contains(d, "too large") {
+		t.Errorf("big body: HTTP %d %v", st, v)
+	}
+	st, _, v = do(t, "POST", ts.URL+"/run_code", `{"code": "x", "language": "python"}`, map[string]string{"Content-Type": "application/xml"})
+	if d, _ := obj(t, v)["detail"].(string); st != 415 || d == "" {
+		t.Errorf("xml: HTTP %d %v", st, v)
+	}
+	calls := fe.count()
+	st, _, v = do(t, "POST", ts.URL+"/run_code", `{"code": "x", "language": "python", "memory_limit_MB": 1}`, nil)
+	m := wantResponse(t, st, v, "SandboxError", obj(t, v)["message"].(string))
+	if msg := m["message"].(string); !strings.Contains(msg, "run limits") || m["run_result"] != nil {
+		t.Errorf("1 MB of memory: %v, want SandboxError on the run limits", m)
+	}
+	if fe.count() != calls {
+		t.Errorf("refused limits reached the executor")
+	}
 }
