@@ -199,3 +199,68 @@ func TestFusionLoad(t *testing.T) {
 		t.Errorf("server RSS peaked at %s, want < 500 MiB", mib(p))
 	}
 }
+
+// verlVerdict classifies a /run_code answer as verl's _process_single_case
+// does (verl/utils/reward_score/sandbox_fusion/utils.py): true, false
+// (wrong answer), -1 (sandbox error or an unexpected shape), -2 (runtime
+// error), -3 (timeout), -4 (compile error or compile timeout).
+func verlVerdict(m map[string]any, expected string) any {
+	compile, run := jsonObj(m["compile_result"]), jsonObj(m["run_result"])
+	switch m["status"] {
+	case "SandboxError":
+		return -1
+	case "Failed":
+		if compile != nil && (compile["status"] == "Error" || compile["status"] == "TimeLimitExceeded" ||
+			compile["status"] == "Finished" && compile["return_code"] != 0.0) {
+			return -4
+		}
+		if run == nil {
+			return -1
+		}
+		switch {
+		case run["status"] == "TimeLimitExceeded":
+			return -3
+		case run["status"] == "Error", run["status"] == "Finished" && run["return_code"] != 0.0:
+			return -2
+		}
+		return -1
+	case "Success":
+		if run == nil || run["status"] != "Finished" {
+			return -1
+		}
+		out, _ := run["stdout"].(string)
+		return strings.TrimRight(out, "\n") == strings.TrimRight(expected, "\n")
+	}
+	return -1
+}
+
+// TestFusionVerlIntegration replays verl's own integration tests
+// (tests/utils/reward_score/reward_score/test_sandbox_fusion_on_cpu.py:
+// their programs, inputs and timeouts, posted as call_sandbox_api posts
+// them) and checks the verdicts they assert.
+func TestFusionVerlIntegration(t *testing.T) {
+	addr := freeAddr(t)
+	startServer(t, sandcellCommand(t, "--http", addr), addr)
+	requireRuntimes(t, addr, "python", "c++")
+	success := "\nimport sys\ndata = sys.stdin.read()\nif data == 'input1':\n    print('output1\\n', end='')\nelif data == 'input2':\n    print('output2\\n', end='')\nelse:\n    print('unexpected input', end='')\n"
+	for _, c := range []struct {
+		name, language, code, stdin, expected string
+		timeout                               int
+		want                                  any
+	}{
+		{"success-1", "python", success, "input1", "output1\n", 10, true},
+		{"success-2", "python", success, "input2", "output2\n", 10, true},
+		{"wrong-output", "python", "\nprint('wrong_output\\n', end='')\n", "input1", "output1\n", 10, false},
+		{"compile-error", "cpp", "\na=b\n", "input1", "output1\n", 10, -4},
+		{"runtime-error", "python", "\nimport sys\nprint(\"About to raise error\", file=sys.stderr)\nraise ValueError(\"This is a runtime error\")\n", "input1", "output1\n", 10, -2},
+		{"timeout", "python", "\nimport time\nimport sys\nprint(\"Sleeping...\", file=sys.stderr)\ntime.sleep(10)\nprint(\"Finished sleeping\", file=sys.stderr)\n", "input1", "output1\n", 5, -3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := fusionBody(t, c.language, c.code, map[string]any{"stdin": c.stdin, "compile_timeout": c.timeout, "run_timeout": c.timeout})
+			status, _, v := restCall(t, http.DefaultClient, "POST", "http://"+addr+"/run_code", body, nil)
+			if got := verlVerdict(jsonObj(v), c.expected); status != 200 || got != c.want {
+				t.Errorf("HTTP %d, verl's verdict %v, want %v: %v", status, got, c.want, trunc(fmt.Sprint(v)))
+			}
+		})
+	}
+}
