@@ -3,6 +3,7 @@ package rest
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -233,6 +234,10 @@ func TestFusionValidation(t *testing.T) {
 			{"value_error", []any{"body", "files", "a.bin"}, "Value error, not valid base64: illegal base64 data at input byte 9"}}},
 		{"too many", `{"code": "x", "language": "python", "fetch_files": [` + strings.Repeat(`"a",`, fusionMaxFiles) + `"a"]}`, []issue{
 			{"value_error", []any{"body", "fetch_files"}, "Value error, 257 files, at most 256"}}},
+		{"too many files", `{"code": "x", "language": "python", "files": {` + manyFiles(fusionMaxFiles+1, "") + `}}`, []issue{
+			{"value_error", []any{"body", "files"}, "Value error, 257 files, at most 256"}}},
+		{"too many bytes", `{"code": "x", "language": "python", "files": {` + manyFiles(5, base64.StdEncoding.EncodeToString(make([]byte, 1<<20))) + `}}`, []issue{
+			{"value_error", []any{"body", "files"}, "Value error, files hold more than 4194304 bytes in all"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -393,4 +398,16 @@ func TestFusionRefusals(t *testing.T) {
 	if fe.count() != calls {
 		t.Errorf("refused limits reached the executor")
 	}
+}
+
+// manyFiles is n entries of a files object, each holding content.
+func manyFiles(n int, content string) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q: %q", fmt.Sprintf("f%d", i), content)
+	}
+	return b.String()
 }
