@@ -1,0 +1,73 @@
+package backend_test
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
+)
+
+// selfExeEnv set makes this test binary print what its /proc/self/exe is
+// (its link and its device and inode) and exit: TestSelfExeIsSealed starts
+// it inside a sandbox as /proc/self/exe.
+const selfExeEnv = "SANDCELL_TEST_SELF_EXE"
+
+func printSelfExe() {
+	link, _ := os.Readlink("/proc/self/exe")
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/exe", &st); err != nil {
+		fmt.Fprintln(os.Stderr, "stat /proc/self/exe:", err)
+		os.Exit(2)
+	}
+	fmt.Printf("%d:%d %s\n", st.Dev, st.Ino, link)
+	os.Exit(0)
+}
+
+// TestSelfExeIsSealed: a run whose argv[0] is /proc/self/exe (an image's
+// Entrypoint, an MCP run_command argv) executes the file its PID 1 was
+// started from. That must be a sealed copy of the binary, never the host's
+// file (CVE-2019-5736: the host's runc binary overwritten through
+// /proc/self/exe). The fork server's runs are cloned from the zygote, which
+// was started from the binary on disk; libcontainer's init runs from
+// its sealed copy (a read-only overlay of it, by runc v1.2's exeseal; ours
+// is a sealed memfd). The binary is this test binary; the run gets the
+// libseccomp it links (the layers have none) through LD_LIBRARY_PATH.
+func TestSelfExeIsSealed(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var host syscall.Stat_t
+	if err := syscall.Stat(self, &host); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := os.ReadFile("/lib/x86_64-linux-gnu/libseccomp.so.2")
+	if err != nil {
+		t.Fatalf("the test binary's libseccomp: %v", err)
+	}
+	for name, newEnv := range map[string]func(testing.TB) *testEnv{"runc": newTestEnv, "forkserver": newForkEnv} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			res := e.run(t, "python", "", limits.Set{}, func(r *oci.Request) {
+				r.Args = []string{"/proc/self/exe"}
+				r.Env = []string{selfExeEnv + "=1", "LD_LIBRARY_PATH=/work"}
+				r.Files = append(r.Files, api.File{Path: "libseccomp.so.2", Data: lib, Mode: 0o644})
+			})
+			if res.Status != api.StatusOK {
+				t.Fatalf("status %s exit %d signal %s: %s\n%s%s", res.Status, res.ExitCode, res.Signal, res.Message, res.Stdout, res.Stderr)
+			}
+			var dev, ino uint64
+			var link string
+			if _, err := fmt.Sscanf(res.Stdout, "%d:%d %s", &dev, &ino, &link); err != nil {
+				t.Fatalf("output %q: %v", res.Stdout, err)
+			}
+			if dev == host.Dev && ino == host.Ino {
+				t.Fatalf("the run executed the host's binary %s (%d:%d, seen inside as %q)", self, dev, ino, link)
+			}
+		})
+	}
+}
