@@ -3,12 +3,15 @@ package backend_test
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 )
 
 // selfExeEnv set makes this test binary print what its /proc/self/exe is
@@ -69,5 +72,68 @@ func TestSelfExeIsSealed(t *testing.T) {
 				t.Fatalf("the run executed the host's binary %s (%d:%d, seen inside as %q)", self, dev, ino, link)
 			}
 		})
+	}
+}
+
+// procStatus reads the fields of /proc/<pid>/status.
+func procStatus(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		out[k] = strings.TrimSpace(v)
+	}
+	return out
+}
+
+// TestForkServerCapabilities: the zygote holds only the capabilities it
+// uses (CAP_SETUID and CAP_SETGID for the id maps, CAP_SYS_RESOURCE for
+// oom_score_adj), in every set, the bounding set included; its keeper
+// holds none. Before, both ran with every capability of host root.
+func TestForkServerCapabilities(t *testing.T) {
+	e := newForkEnv(t)
+	if res := e.run(t, "sh", "echo one", limits.Set{}); res.Status != api.StatusOK || res.Stdout != "one\n" {
+		t.Fatalf("run: %s %q %q", res.Status, res.Stdout, res.Stderr)
+	}
+	pid := backend.ZygotePid(e.rt)
+	if pid == 0 {
+		t.Fatal("no fork server after a run")
+	}
+	// CAP_SETGID, CAP_SETUID, CAP_SYS_RESOURCE, of those this test has
+	// (a container may run it without CAP_SYS_RESOURCE).
+	own, err := strconv.ParseUint(procStatus(t, os.Getpid())["CapEff"], 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zygoteCaps := fmt.Sprintf("%016x", own&(1<<6|1<<7|1<<24))
+	z := procStatus(t, pid)
+	for _, f := range []string{"CapEff", "CapPrm", "CapBnd"} {
+		if z[f] != zygoteCaps {
+			t.Errorf("zygote %s %s, want %s", f, z[f], zygoteCaps)
+		}
+	}
+	for _, f := range []string{"CapInh", "CapAmb"} {
+		if z[f] != "0000000000000000" {
+			t.Errorf("zygote %s %s, want none", f, z[f])
+		}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids := strings.Fields(string(b))
+	if len(kids) != 1 {
+		t.Fatalf("zygote children %v, want its keeper", kids)
+	}
+	keeper, _ := strconv.Atoi(kids[0])
+	k := procStatus(t, keeper)
+	for _, f := range []string{"CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"} {
+		if k[f] != "0000000000000000" {
+			t.Errorf("keeper %s %s, want none", f, k[f])
+		}
 	}
 }

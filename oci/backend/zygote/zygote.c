@@ -1429,6 +1429,55 @@ static void close_fds(const int *fds, int nfds)
 }
 
 /* ------------------------------------------------------------------ */
+/* The zygote's own capabilities                                         */
+
+/* What this defends against: a compromised or misled zygote (its one peer
+ * is sandcell, see "If it were compromised" in SECURITY.md) used to hold
+ * every capability of host root: loading a kernel module, kexec, raw I/O,
+ * ptrace of any host process, mounting over the host. It needs few: the
+ * uid and gid maps it writes from outside (CAP_SETUID, CAP_SETGID in the
+ * parent user namespace, user_namespaces(7)) and the run's oom_score_adj
+ * (CAP_SYS_RESOURCE: written as runc's parent writes it, with the
+ * capability, so the run's oom_score_adj_min stays as under libcontainer).
+ * Everything else it does needs none: a clone3 with CLONE_NEWUSER gives
+ * the child every capability (and a full bounding set) in its new user
+ * namespace, whose owner the zygote is; the other namespaces are owned by
+ * it; CLONE_INTO_CGROUP and the pidfd signals rest on file ownership and
+ * on that ownership of the run's user namespace. The bounding set goes too
+ * (a zygote never execs, and no_new_privs already stops a gain by exec),
+ * then the permitted, effective, inheritable and ambient sets. Without
+ * CAP_SETPCAP (sandcell started with a reduced set) the bounding set is
+ * left as it is; the other sets always shrink. keep is a mask of CAP_*
+ * bits; -1 if the sets could not be cut. */
+#define CAPBIT(c) (1ULL << (c))
+#define ZYGOTE_CAPS (CAPBIT(CAP_SETUID) | CAPBIT(CAP_SETGID) | CAPBIT(CAP_SYS_RESOURCE))
+
+static int drop_caps(uint64_t keep, int last)
+{
+	for (int c = 0; c <= last && c < 64; c++) {
+		if ((keep & CAPBIT(c)) || prctl(PR_CAPBSET_READ, c, 0, 0, 0) != 1)
+			continue;
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0) {
+			if (errno == EPERM)
+				break; /* no CAP_SETPCAP: the bounding set stays */
+			return -1;
+		}
+	}
+	(void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) < 0)
+		return -1;
+	for (int i = 0; i < 2; i++) {
+		uint32_t k = (uint32_t)(keep >> (32 * i));
+		d[i].effective &= k;
+		d[i].permitted &= k;
+		d[i].inheritable &= k;
+	}
+	return (int)syscall(SYS_capset, &h, d);
+}
+
+/* ------------------------------------------------------------------ */
 /* The keeper: runs end with sandcell                                   */
 
 /* What this defends against: a sandbox outliving the sandcell that started
@@ -1526,6 +1575,13 @@ static void keeper_loop(int sock, int sandcell)
 		nofile.rlim_cur = nofile.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &nofile);
 	}
+	/* No capability at all: a SIGKILL of a run needs none, the keeper
+	 * being the owner of the run's user namespace (the zygote's euid
+	 * made it), which gives it every capability there
+	 * (user_namespaces(7)). See drop_caps for what this defends
+	 * against. */
+	if (drop_caps(0, last_cap()) < 0)
+		_exit(1); /* the zygote's hand-overs fail: sandcell starts a new one */
 	struct kept k = {.live = malloc(64 * sizeof(int)), .p = malloc(66 * sizeof(struct pollfd)), .cap = 64};
 	if (!k.live || !k.p)
 		_exit(1); /* the zygote's hand-overs fail: sandcell starts a new one */
@@ -1619,6 +1675,8 @@ static void zygote_loop(int sock)
 	prctl(PR_SET_NAME, (unsigned long)"sandcell-zygote", 0, 0, 0);
 	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 	zygote_last_cap = last_cap();
+	if (drop_caps(ZYGOTE_CAPS, zygote_last_cap) < 0)
+		_exit(1); /* sandcell logs the zygote's end and starts no run on it */
 	memset(all_cpus, 0xff, sizeof(all_cpus));
 	/* malloc's arena is set up here, once, not in every child. */
 	void *volatile warm = malloc(1);
