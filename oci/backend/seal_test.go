@@ -93,7 +93,8 @@ func procStatus(t *testing.T, pid int) map[string]string {
 // TestForkServerCapabilities: the zygote holds only the capabilities it
 // uses (CAP_SETUID and CAP_SETGID for the id maps, CAP_SYS_RESOURCE for
 // oom_score_adj), in every set, the bounding set included; its keeper
-// holds none. Before, both ran with every capability of host root.
+// holds none and runs under a seccomp filter of its own. Before, both ran
+// with every capability of host root and no filter.
 func TestForkServerCapabilities(t *testing.T) {
 	e := newForkEnv(t)
 	if res := e.run(t, "sh", "echo one", limits.Set{}); res.Status != api.StatusOK || res.Stdout != "one\n" {
@@ -135,5 +136,13 @@ func TestForkServerCapabilities(t *testing.T) {
 		if k[f] != "0000000000000000" {
 			t.Errorf("keeper %s %s, want none", f, k[f])
 		}
+	}
+	// The keeper's own filter (keeper_seccomp); the zygote has none: its
+	// runs would inherit it (SECURITY.md, the fork server).
+	if k["Seccomp"] != "2" || k["NoNewPrivs"] != "1" {
+		t.Errorf("keeper Seccomp %s NoNewPrivs %s, want a filter (2) and no_new_privs", k["Seccomp"], k["NoNewPrivs"])
+	}
+	if z["Seccomp"] != "0" {
+		t.Errorf("zygote Seccomp %s: a filter of its own would be every run's too", z["Seccomp"])
 	}
 }

@@ -36,6 +36,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1555,6 +1556,49 @@ static int keeper_take(int sock, struct kept *k, int flags)
 	return 1;
 }
 
+/* keeper_seccomp confines the keeper to the calls of its loop: poll,
+ * receiving pidfds, closing them, SIGKILL through them, malloc's memory
+ * calls, usleep and exit. Every other call fails with EPERM (a call
+ * missing here costs a failed realloc, which kills the run it was for,
+ * never a kill of the keeper); another architecture's calling convention
+ * kills it. What it defends against: the keeper is a process of host root
+ * that lives as long as sandcell, holding a pidfd of every run; should a
+ * bug in it (its input is the zygote's, itself sandcell's) ever be
+ * steered, it can do nothing but what it does. Without seccomp in the
+ * kernel (EINVAL) it goes on without; 0 or -1. */
+static int keeper_seccomp(void)
+{
+#ifndef SCZ_AUDIT_ARCH
+	return 0;
+#else
+	static const uint32_t allow[] = {
+#ifdef __NR_poll
+		__NR_poll,
+#endif
+		__NR_ppoll, __NR_recvmsg, __NR_close, __NR_pidfd_send_signal, __NR_brk, __NR_mmap, __NR_munmap, __NR_mremap,
+		__NR_madvise, __NR_clock_nanosleep, __NR_nanosleep, __NR_getrandom, __NR_exit, __NR_exit_group,
+		__NR_rt_sigreturn, __NR_restart_syscall,
+	};
+	enum { N = sizeof(allow) / sizeof(allow[0]) };
+	struct sock_filter f[4 + N + 2];
+	f[0] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+	f[1] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SCZ_AUDIT_ARCH, 1, 0);
+	f[2] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+	f[3] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+	/* Instruction 4+i jumps to the last one (ALLOW) when it matches. */
+	for (int i = 0; i < N; i++)
+		f[4 + i] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, allow[i], (unsigned char)(N - i), 0);
+	f[4 + N] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
+	f[5 + N] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+	struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return -1;
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
+		return errno == EINVAL ? 0 : -1;
+	return 0;
+#endif
+}
+
 static void keeper_loop(int sock, int sandcell) __attribute__((noreturn));
 static void keeper_loop(int sock, int sandcell)
 {
@@ -1583,7 +1627,7 @@ static void keeper_loop(int sock, int sandcell)
 	if (drop_caps(0, last_cap()) < 0)
 		_exit(1); /* the zygote's hand-overs fail: sandcell starts a new one */
 	struct kept k = {.live = malloc(64 * sizeof(int)), .p = malloc(66 * sizeof(struct pollfd)), .cap = 64};
-	if (!k.live || !k.p)
+	if (!k.live || !k.p || keeper_seccomp() < 0)
 		_exit(1); /* the zygote's hand-overs fail: sandcell starts a new one */
 	int zygote_open = 1;
 	for (;;) {
