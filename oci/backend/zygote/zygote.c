@@ -1439,7 +1439,11 @@ static void close_fds(const int *fds, int nfds)
  * uid and gid maps it writes from outside (CAP_SETUID, CAP_SETGID in the
  * parent user namespace, user_namespaces(7)) and the run's oom_score_adj
  * (CAP_SYS_RESOURCE: written as runc's parent writes it, with the
- * capability, so the run's oom_score_adj_min stays as under libcontainer).
+ * capability, so the run's oom_score_adj_min stays as under libcontainer);
+ * in a rootless server's user namespace, where the run maps its root to
+ * that namespace's id 0, also CAP_SETFCAP (the kernel's verify_root_map
+ * wants it for a map of id 0, since Linux 5.12), a capability over that
+ * namespace only.
  * Everything else it does needs none: a clone3 with CLONE_NEWUSER gives
  * the child every capability (and a full bounding set) in its new user
  * namespace, whose owner the zygote is; the other namespaces are owned by
@@ -1452,6 +1456,17 @@ static void close_fds(const int *fds, int nfds)
  * bits; -1 if the sets could not be cut. */
 #define CAPBIT(c) (1ULL << (c))
 #define ZYGOTE_CAPS (CAPBIT(CAP_SETUID) | CAPBIT(CAP_SETGID) | CAPBIT(CAP_SYS_RESOURCE))
+
+/* in_initial_userns says whether this process's user namespace is the
+ * host's (its uid_map maps every id to itself). */
+static int in_initial_userns(void)
+{
+	char buf[64];
+	unsigned long inner, outer, count;
+	if (read_file("/proc/self/uid_map", buf, sizeof(buf)) < 0)
+		return 1;
+	return sscanf(buf, "%lu %lu %lu", &inner, &outer, &count) == 3 && inner == 0 && outer == 0 && count == 4294967295UL;
+}
 
 static int drop_caps(uint64_t keep, int last)
 {
@@ -1719,7 +1734,7 @@ static void zygote_loop(int sock)
 	prctl(PR_SET_NAME, (unsigned long)"sandcell-zygote", 0, 0, 0);
 	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 	zygote_last_cap = last_cap();
-	if (drop_caps(ZYGOTE_CAPS, zygote_last_cap) < 0)
+	if (drop_caps(ZYGOTE_CAPS | (in_initial_userns() ? 0 : CAPBIT(CAP_SETFCAP)), zygote_last_cap) < 0)
 		_exit(1); /* sandcell logs the zygote's end and starts no run on it */
 	memset(all_cpus, 0xff, sizeof(all_cpus));
 	/* malloc's arena is set up here, once, not in every child. */
