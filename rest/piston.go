@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -98,11 +99,15 @@ func (h *Handler) pistonRoutes() {
 	h.mux.HandleFunc("GET /api/v2/connect", h.pistonConnect)
 	for _, p := range []string{"/api/v2/runtimes", "/api/v2/execute", "/api/v2/connect"} {
 		h.mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-			pistonError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s", r.Method, p))
+			if pistonJSON(w, r) {
+				pistonError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s", r.Method, p))
+			}
 		})
 	}
 	h.mux.HandleFunc("/api/v2/", func(w http.ResponseWriter, r *http.Request) {
-		pistonError(w, http.StatusNotFound, "Not Found")
+		if pistonJSON(w, r) {
+			pistonError(w, http.StatusNotFound, "Not Found")
+		}
 	})
 }
 
@@ -381,14 +386,29 @@ func falsy(raw json.RawMessage) bool {
 	return false
 }
 
+// pistonJSON is Piston's router-wide check (api/src/api/v2.js): a request
+// other than GET, HEAD and OPTIONS whose Content-Type does not start with
+// application/json (text/plain, none, a form) is refused with 415 and
+// Piston's words, before its body is read. It reports whether r may go on.
+func pistonJSON(w http.ResponseWriter, r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
+	}
+	if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+		pistonError(w, http.StatusUnsupportedMediaType, "requests must be of type application/json")
+		return false
+	}
+	return true
+}
+
 func (h *Handler) pistonExecute(w http.ResponseWriter, r *http.Request) {
+	if !pistonJSON(w, r) {
+		return
+	}
 	body, err := h.readBody(w, r)
 	if err != nil {
-		msg := err.Error()
-		if errors.Is(err, errContentType) {
-			msg = "requests must be of type application/json" // Piston's words
-		}
-		pistonError(w, bodyStatus(err), msg)
+		pistonError(w, bodyStatus(err), err.Error())
 		return
 	}
 	job, err := h.pistonParse(body)
@@ -470,7 +490,7 @@ func pistonResultOf(job *pistonJob, res api.Result, tr *transcript) pistonResult
 // stderr over the cap), XX (an internal error); null when it ran fine.
 // code is null when a signal ended the program.
 func pistonStageOf(p api.Phase, output string) pistonStage {
-	s := pistonStage{Stdout: p.Stdout, Stderr: p.Stderr, Output: output,
+	s := pistonStage{Stdout: pistonCut(p.Stdout, p.StdoutTruncated), Stderr: pistonCut(p.Stderr, p.StderrTruncated), Output: output,
 		CPUTime: p.CPUTimeMS, WallTime: p.ExecutionTimeMS, Memory: p.MemoryPeakBytes}
 	str := func(v string) *string { return &v }
 	code := p.ExitCode
@@ -511,6 +531,21 @@ func pistonStageOf(p api.Phase, output string) pistonStage {
 		s.Code = &code
 	}
 	return s
+}
+
+// truncatedNote is the line sandcell appends to a stream cut at its cap
+// (oci.Output.Text).
+var truncatedNote = regexp.MustCompile(`\n\[sandcell: output truncated at [0-9]+ bytes\]$`)
+
+// pistonCut is a stream's text as Piston gives it: one cut at the cap
+// ends with what was kept, without sandcell's note (job.js drops the
+// chunk that would pass output_max_size and says so only in status and
+// message, OL or EL).
+func pistonCut(text string, truncated bool) string {
+	if !truncated {
+		return text
+	}
+	return truncatedNote.ReplaceAllString(text, "")
 }
 
 // jsonString is raw as a string, if it is one.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/rootfs"
 )
 
 func TestSemVer(t *testing.T) {
@@ -274,15 +275,14 @@ func TestPistonBadInput(t *testing.T) {
 
 // TestPistonFiles: base64 and hex contents are decoded (Ruby-style line
 // breaks and URL-safe base64 too), every file is in /work under its name,
-// the first utf8 file is the program, text/plain bodies are taken (the npm
-// piston-client sends them).
+// the first utf8 file is the program.
 func TestPistonFiles(t *testing.T) {
 	ts, fe, _ := newTestServer(t, nil)
 	data := []byte("\x00\xff binary \xfe")
 	b64 := base64.StdEncoding.EncodeToString(data)
 	body := fmt.Sprintf(`{"language":"python","version":"3","files":[{"name":"blob.bin","content":%q,"encoding":"base64"},`+
 		`{"name":"app/run.py","content":"print(2)"},{"content":"6869","encoding":"hex"},{"content":"x = 1"}]}`, b64[:8]+"\n"+b64[8:])
-	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", body, map[string]string{"Content-Type": "text/plain;charset=UTF-8"})
+	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", body, nil)
 	if status != 200 {
 		t.Fatalf("HTTP %d %v", status, v)
 	}
@@ -339,7 +339,8 @@ func TestGuardShapes(t *testing.T) {
 		{"GET", "/api/v2/runtimes", "", map[string]string{"X-Auth-Token": "tok"}, 401, "message"},
 		{"GET", "/api/v2/nope", "", map[string]string{"Authorization": "Bearer tok"}, 404, "message"},
 		{"GET", "/nope", "", map[string]string{"Authorization": "Bearer tok"}, 404, "error"},
-		{"DELETE", "/api/v2/execute", "", map[string]string{"Authorization": "Bearer tok"}, 405, "message"},
+		{"DELETE", "/api/v2/execute", "", map[string]string{"Authorization": "Bearer tok", "Content-Type": "application/json"}, 405, "message"},
+		{"DELETE", "/api/v2/execute", "", map[string]string{"Authorization": "Bearer tok"}, 415, "message"}, // Piston's router: JSON first
 	} {
 		status, hdr, v := do(t, tc.method, ts.URL+tc.path, tc.body, tc.hdr)
 		if status != tc.status {
@@ -357,5 +358,87 @@ func TestGuardShapes(t *testing.T) {
 	}
 	if fe.count() != 0 {
 		t.Errorf("refused requests reached the executor %d times", fe.count())
+	}
+}
+
+// withLanguages serves these catalogue languages as built (Debian
+// versions like this host's), besides testLanguages' own.
+func withLanguages(t *testing.T, more map[string]string) func(*Options) {
+	return func(o *Options) {
+		base, _ := testLanguages(t)()
+		for name, deb := range more {
+			l, err := rootfs.Lookup(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base = append(base, Language{Language: l, Package: deb, Version: SemVer(deb)})
+		}
+		o.Languages = func() ([]Language, error) { return base, nil }
+	}
+}
+
+// TestPistonShIsBash: Piston's bash runtime lists the alias sh
+// (packages/bash/5.2.0/metadata.json) and {"language":"sh"} runs bash,
+// never sandcell's busybox sh, which Piston lists as busybox.
+func TestPistonShIsBash(t *testing.T) {
+	ts, fe, _ := newTestServer(t, withLanguages(t, map[string]string{"sh": "1:1.35.0-4+b3"}))
+	_, _, v := do(t, "GET", ts.URL+"/api/v2/runtimes", "", nil)
+	got := map[string][]any{}
+	for _, e := range v.([]any) {
+		m := obj(t, e)
+		got[m["language"].(string)] = m["aliases"].([]any)
+	}
+	if fmt.Sprint(got["bash"]) != "[sh]" || got["sh"] != nil || fmt.Sprint(got["busybox"]) != "[ash]" {
+		t.Errorf("runtimes: bash %v, sh %v, busybox %v; want bash [sh], no sh, busybox [ash]", got["bash"], got["sh"], got["busybox"])
+	}
+	for _, version := range []string{"*", "5.x"} {
+		status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"sh","version":"`+version+`","files":[{"content":"echo $BASH_VERSION"}]}`, nil)
+		if req := fe.last(t); status != 200 || req.Language != "bash" || obj(t, v)["language"] != "bash" {
+			t.Errorf("sh %s: HTTP %d %v, ran %q; want bash", version, status, v, req.Language)
+		}
+	}
+	if status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"busybox","version":"*","files":[{"content":"echo"}]}`, nil); status != 200 || fe.last(t).Language != "sh" {
+		t.Errorf("busybox: HTTP %d %v, ran %q; want sandcell's sh", status, v, fe.last(t).Language)
+	}
+}
+
+// TestPistonContentType: Piston's router answers a POST whose
+// Content-Type does not start with application/json with 415 and its own
+// message (api/src/api/v2.js), text/plain and no Content-Type included.
+func TestPistonContentType(t *testing.T) {
+	ts, fe, _ := newTestServer(t, nil)
+	body := `{"language":"python","version":"*","files":[{"content":"print(1)"}]}`
+	for _, ct := range []string{"text/plain;charset=UTF-8", "text/plain", "", "application/x-www-form-urlencoded", "Application/JSON"} {
+		hdr := map[string]string{"Content-Type": ct}
+		status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", body, hdr)
+		if m, _ := v.(map[string]any); status != 415 || len(m) != 1 || m["message"] != "requests must be of type application/json" {
+			t.Errorf("Content-Type %q: HTTP %d %v, want 415 {message: requests must be of type application/json}", ct, status, v)
+		}
+	}
+	if fe.count() != 0 {
+		t.Errorf("refused requests reached the executor %d times", fe.count())
+	}
+	for _, ct := range []string{"application/json", "application/json; charset=utf-8"} {
+		if status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", body, map[string]string{"Content-Type": ct}); status != 200 {
+			t.Errorf("Content-Type %q: HTTP %d %v, want 200", ct, status, v)
+		}
+	}
+}
+
+// TestPistonTruncated: output past the cap is cut where Piston drops the
+// chunk: no sandcell note is appended in the Piston API (job.js keeps
+// what fitted, status OL or EL).
+func TestPistonTruncated(t *testing.T) {
+	ts, fe, _ := newTestServer(t, nil)
+	fe.run = func(_ context.Context, req executor.Request) api.Result {
+		req.Output("stdout", "aaaa")
+		req.Output("stderr", "bb")
+		return api.Result{Phase: api.Phase{Status: api.StatusOutputLimit, ExitCode: 137, Signal: "SIGKILL", StdoutTruncated: true,
+			Stdout: "aaaa\n[sandcell: output truncated at 4 bytes]", Stderr: "bb"}}
+	}
+	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"python","version":"*","files":[{"content":"print(1)"}]}`, nil)
+	run := obj(t, obj(t, v)["run"])
+	if status != 200 || run["stdout"] != "aaaa" || run["stderr"] != "bb" || run["output"] != "aaaabb" || run["status"] != "OL" {
+		t.Errorf("HTTP %d run %v, want stdout aaaa (no note), status OL", status, run)
 	}
 }
