@@ -213,7 +213,29 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 	if len(compileArgs) == 0 {
 		return nil
 	}
-	return e.planCompile(p, req, img.resolve(withCompilerOptions(compileArgs, lang.Source, req.CompilerOptions)))
+	program := lang.Source
+	if req.Script != "" {
+		program = req.Script
+	}
+	return e.planCompile(p, req, img.resolve(withCompilerOptions(withSources(lang, compileArgs, program, p.Files), lang.Source, req.CompilerOptions)))
+}
+
+// withSources is a compile argv with the program's fellow sources (see
+// rootfs.Language.Sources) after the program, in the files' order: a
+// program of several files is compiled and linked whole.
+func withSources(lang rootfs.Language, argv []string, program string, files []api.File) []string {
+	at := slices.Index(argv, "/work/"+program)
+	if len(lang.Sources) == 0 || at < 0 {
+		return argv
+	}
+	var more []string
+	for _, f := range files {
+		name := path.Clean(f.Path)
+		if name != program && path.Dir(name) == path.Dir(program) && slices.Contains(lang.Sources, path.Ext(name)) && !slices.Contains(more, "/work/"+name) {
+			more = append(more, "/work/"+name)
+		}
+	}
+	return slices.Insert(slices.Clone(argv), at+1, more...)
 }
 
 // withCompilerOptions puts opts into a compile argv before the argument

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -610,5 +611,50 @@ func TestCompilerOptions(t *testing.T) {
 	want := slices.Concat(c.Compile[:at], opts, c.Compile[at:])
 	if !slices.Equal(reqs[0].Args, want) || !slices.Equal(reqs[1].Args, c.Run) {
 		t.Errorf("compile argv %q, run argv %q; want %q and %q", reqs[0].Args, reqs[1].Args, want, c.Run)
+	}
+}
+
+// TestCompileEverySource: every source file of the request in the
+// program's directory is compiled and linked with it, in the request's
+// order (Piston's gcc package compiles *.cpp); headers, files of other
+// extensions and of other directories are not passed to the compiler.
+func TestCompileEverySource(t *testing.T) {
+	for _, tc := range []struct {
+		name, lang, script string
+		files              []string
+		want               []string // after the program, in its place in the argv
+	}{
+		{"c++ source", "cpp", "", []string{"util.cpp", "util.h", "more.cc", "lib/other.cpp", "notes.txt"}, []string{"/work/main.cpp", "/work/util.cpp", "/work/more.cc"}},
+		{"c script", "c", "app/main.c", []string{"app/a.c", "app/a.h", "b.c"}, []string{"/work/app/main.c", "/work/app/a.c"}},
+		{"go", "go", "", []string{"helper.go"}, []string{"/work/main.go", "/work/helper.go"}},
+		{"java", "java", "", []string{"Helper.java"}, []string{"/work/Main.java", "/work/Helper.java"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			runc := r.rts.backends["runc"]
+			req := api.Request{Language: tc.lang, Script: tc.script}
+			if tc.script == "" {
+				req.Source = []byte("x")
+			} else {
+				req.Files = append(req.Files, api.File{Path: tc.script, Data: []byte("x"), Mode: 0o644})
+			}
+			for _, f := range tc.files {
+				req.Files = append(req.Files, api.File{Path: f, Data: []byte("y"), Mode: 0o644})
+			}
+			if _, err := r.Execute(context.Background(), Request{Request: req}); err != nil {
+				t.Fatal(err)
+			}
+			comp := runc.requests()[0]
+			i := slices.Index(comp.Args, tc.want[0])
+			ok := i >= 0 && i+len(tc.want) <= len(comp.Args) && slices.Equal(comp.Args[i:i+len(tc.want)], tc.want)
+			for _, a := range comp.Args {
+				if strings.HasPrefix(a, "/work/") && path.Ext(a) != "" && !slices.Contains(tc.want, a) {
+					ok = false // a header, another extension or directory
+				}
+			}
+			if !ok {
+				t.Errorf("compile argv %q, want the sources %q in the program's place and no other file", comp.Args, tc.want)
+			}
+		})
 	}
 }

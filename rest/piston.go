@@ -251,10 +251,17 @@ func pistonPlace(files []pistonFile, lang Language) (placed []api.File, script s
 		if name == "" {
 			// Piston names an unnamed file file<i>.code; the main one
 			// (the first utf8 file) gets the language's own source name
-			// here instead, so that a compiler sees its extension.
+			// here instead, so that a compiler sees its extension. Its
+			// gcc package compiles every utf8 file, renamed with the
+			// extension appended (packages/gcc/10.2.0/compile): an
+			// unnamed one is named so here, so that it is compiled too
+			// (rootfs.Language.Sources).
 			name = fmt.Sprintf("file%d.code", i)
-			if main < 0 && enc == "utf8" {
+			switch {
+			case main < 0 && enc == "utf8":
 				name = lang.Source
+			case enc == "utf8" && pistonNames[lang.Name].Runtime == "gcc":
+				name += path.Ext(lang.Source)
 			}
 		}
 		clean, err := workPath(name)

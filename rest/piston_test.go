@@ -442,3 +442,26 @@ func TestPistonTruncated(t *testing.T) {
 		t.Errorf("HTTP %d run %v, want stdout aaaa (no note), status OL", status, run)
 	}
 }
+
+// TestPistonMultiFileC: every utf8 file of a gcc language is compiled on
+// Piston (its compile script renames each with the extension appended):
+// an unnamed one is named with the extension, so that the executor passes
+// it to the compiler (rootfs.Language.Sources); named ones keep their
+// names.
+func TestPistonMultiFileC(t *testing.T) {
+	ts, fe, _ := newTestServer(t, nil)
+	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"c++","version":"*","files":[{"content":"int main(){}"},{"content":"int f(){return 1;}"},{"name":"g.cpp","content":"int g();"},{"name":"g.h","content":"int g();"}]}`, nil)
+	if status != 200 {
+		t.Fatalf("HTTP %d %v", status, v)
+	}
+	var names []string
+	for _, f := range fe.last(t).Files {
+		names = append(names, f.Path)
+	}
+	if want := []string{"main.cpp", "file1.code.cpp", "g.cpp", "g.h"}; !slices.Equal(names, want) {
+		t.Errorf("files %q, want %q", names, want)
+	}
+	if _, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"python","version":"*","files":[{"content":"1"},{"content":"2"}]}`, nil); fe.last(t).Files[1].Path != "file1.code" {
+		t.Errorf("python's second unnamed file: %q %v, want file1.code (Piston's name)", fe.last(t).Files[1].Path, v)
+	}
+}
