@@ -33,6 +33,10 @@ type pistonName struct {
 	Language string   `json:"language"`
 	Runtime  string   `json:"runtime"`
 	Aliases  []string `json:"aliases"`
+	// SingleFile, if set, are the options before the file when Piston
+	// runs a job of one source file as it is, with no compile stage (its
+	// java package: java FILE.java, the single-file source launcher).
+	SingleFile []string `json:"single_file"`
 }
 
 var pistonNames = func() map[string]pistonName {
@@ -131,6 +135,9 @@ func (h *Handler) pistonRuntimesHandler(w http.ResponseWriter, r *http.Request) 
 type pistonJob struct {
 	rt  pistonRuntime
 	req api.Request
+	// compiled: the job has a compile stage (the language has one and
+	// the job is not run as a single file).
+	compiled bool
 }
 
 // badRequest is a refusal whose message the client sees as it is.
@@ -171,10 +178,11 @@ func (h *Handler) pistonParse(body []byte) (*pistonJob, error) {
 	if len(files) > pistonMaxFiles {
 		return nil, badf("files: %d files, at most %d", len(files), pistonMaxFiles)
 	}
-	job := &pistonJob{rt: rt, req: api.Request{Language: rt.lang.Name}}
+	job := &pistonJob{rt: rt, req: api.Request{Language: rt.lang.Name}, compiled: rt.lang.Compiled()}
 	if job.req.Files, job.req.Script, err = pistonPlace(files, rt.lang); err != nil {
 		return nil, err
 	}
+	job.singleFile()
 	if job.req.Stdin, err = pistonStdin(m["stdin"]); err != nil {
 		return nil, err
 	}
@@ -281,6 +289,25 @@ func pistonPlace(files []pistonFile, lang Language) (placed []api.File, script s
 		return nil, "", badf("files must include at least one utf8 encoded file")
 	}
 	return placed, script, nil
+}
+
+// singleFile runs a job of one source file as Piston does where its
+// package runs the file as it is (pistonName.SingleFile): the language's
+// program, the options, the file, with no compile stage. Other files
+// (data) may be there; a second source file is compiled as the catalogue
+// says, since the file run as it is would not see it.
+func (j *pistonJob) singleFile() {
+	opts := pistonNames[j.rt.lang.Name].SingleFile
+	if opts == nil {
+		return
+	}
+	for _, f := range j.req.Files {
+		if f.Path != j.req.Script && slices.Contains(j.rt.lang.Sources, path.Ext(f.Path)) {
+			return
+		}
+	}
+	j.req.Command = append(append([]string{j.rt.lang.Run[0]}, opts...), "/work/"+j.req.Script)
+	j.req.Script, j.compiled = "", false
 }
 
 // pistonStdin reads stdin (absent or null: none) and ends it in a
@@ -477,7 +504,7 @@ type pistonResult struct {
 // "backward compatibility when the run stage is not started").
 func pistonResultOf(job *pistonJob, res api.Result, tr *transcript) pistonResult {
 	out := pistonResult{Language: job.rt.Language, Version: job.rt.Version}
-	if job.rt.lang.Compiled() {
+	if job.compiled {
 		if res.Compile == nil || res.CompileFailed {
 			c := pistonStageOf(res.Phase, tr.phase(true))
 			out.Compile, out.Run = &c, &c

@@ -361,9 +361,9 @@ func TestGuardShapes(t *testing.T) {
 	}
 }
 
-// withLanguages serves these catalogue languages as built (Debian
+// pistonLanguages serves these catalogue languages as built (Debian
 // versions like this host's), besides testLanguages' own.
-func withLanguages(t *testing.T, more map[string]string) func(*Options) {
+func pistonLanguages(t *testing.T, more map[string]string) func(*Options) {
 	return func(o *Options) {
 		base, _ := testLanguages(t)()
 		for name, deb := range more {
@@ -381,7 +381,7 @@ func withLanguages(t *testing.T, more map[string]string) func(*Options) {
 // (packages/bash/5.2.0/metadata.json) and {"language":"sh"} runs bash,
 // never sandcell's busybox sh, which Piston lists as busybox.
 func TestPistonShIsBash(t *testing.T) {
-	ts, fe, _ := newTestServer(t, withLanguages(t, map[string]string{"sh": "1:1.35.0-4+b3"}))
+	ts, fe, _ := newTestServer(t, pistonLanguages(t, map[string]string{"sh": "1:1.35.0-4+b3"}))
 	_, _, v := do(t, "GET", ts.URL+"/api/v2/runtimes", "", nil)
 	got := map[string][]any{}
 	for _, e := range v.([]any) {
@@ -464,4 +464,47 @@ func TestPistonMultiFileC(t *testing.T) {
 	if _, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"python","version":"*","files":[{"content":"1"},{"content":"2"}]}`, nil); fe.last(t).Files[1].Path != "file1.code" {
 		t.Errorf("python's second unnamed file: %q %v, want file1.code (Piston's name)", fe.last(t).Files[1].Path, v)
 	}
+}
+
+// TestPistonJavaLauncher: Piston's java package runs `java FILE.java`, the
+// single-file source launcher, and has no compile stage
+// (packages/java/15.0.2/run): a job of one java source runs so, whatever
+// its public class is named (Piston's own test.java holds public class
+// HelloWorld) or whether it is named at all (class Solution); the
+// launcher's java is the catalogue's. A job of several java sources is
+// compiled with javac (the launcher would not see the other files).
+func TestPistonJavaLauncher(t *testing.T) {
+	ts, fe, _ := newTestServer(t, pistonLanguages(t, map[string]string{"java": "17.0.13+11-2~deb12u1"}))
+	fe.run = func(_ context.Context, req executor.Request) api.Result {
+		req.Output("stdout", "OK\n")
+		return api.Result{Phase: api.Phase{Status: api.StatusOK, Stdout: "OK\n"}}
+	}
+	java := pistonLookup(t, "java")
+	for _, tc := range []struct{ files, file string }{
+		{`[{"name":"test.java","content":"public class HelloWorld { public static void main(String[] a) { System.out.println(\"OK\"); } }"}]`, "/work/test.java"},
+		{`[{"content":"class Solution { public static void main(String[] a) { System.out.println(\"OK\"); } }"},{"name":"in.txt","content":"data"}]`, "/work/Main.java"},
+	} {
+		status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"java","version":"*","args":["x"],"files":`+tc.files+`}`, nil)
+		m := obj(t, v)
+		req := fe.last(t)
+		if status != 200 || m["compile"] != nil || obj(t, m["run"])["stdout"] != "OK\n" {
+			t.Errorf("%s: HTTP %d %v, want a run stage only", tc.file, status, v)
+		}
+		if len(req.Command) < 2 || req.Command[0] != java.Run[0] || req.Command[len(req.Command)-1] != tc.file || !slices.Equal(req.Args, []string{"x"}) || req.Script != "" {
+			t.Errorf("%s: command %q args %q script %q, want %s ... %s and the args", tc.file, req.Command, req.Args, req.Script, java.Run[0], tc.file)
+		}
+	}
+	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"java","version":"*","files":[{"name":"Main.java","content":"class Main {}"},{"name":"Helper.java","content":"class Helper {}"}]}`, nil)
+	if req := fe.last(t); status != 200 || req.Command != nil || req.Script != "Main.java" || obj(t, v)["compile"] == nil {
+		t.Errorf("two java files: HTTP %d %v, command %q script %q; want javac's compile stage", status, v, req.Command, req.Script)
+	}
+}
+
+func pistonLookup(t *testing.T, name string) rootfs.Language {
+	t.Helper()
+	l, err := rootfs.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
