@@ -187,17 +187,34 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 	compileArgs, runArgs := lang.Compile, lang.Run
 	p.Files = slices.Clone(req.Files)
 	own := img != nil && ownProgram(req.Request)
+	program := lang.Source // the file compiled
 	switch {
 	case req.Command != nil:
 		compileArgs, runArgs = nil, req.Command
 	case req.Script != "":
+		program = req.Script
 		compileArgs, runArgs = scriptArgs(lang, lang.Compile, req.Script), scriptArgs(lang, lang.Run, req.Script)
+		if lang.MainClass {
+			if i := slices.IndexFunc(req.Files, func(f api.File) bool { return path.Clean(f.Path) == path.Clean(req.Script) }); i >= 0 {
+				_, main := mainClass(req.Files[i].Data)
+				runArgs = runClass(runArgs, req.Script, main)
+			}
+		}
 	case own:
 		var err error
 		if runArgs, err = img.entrypoint(req.Args); err != nil {
 			return err
 		}
 		compileArgs, p.Cwd = nil, img.img.Config.WorkingDir
+	case lang.MainClass:
+		// The source is named after its public class, as javac wants it.
+		public, main := mainClass(req.Source)
+		if public != "" {
+			program = public + path.Ext(lang.Source)
+			compileArgs, runArgs = scriptArgs(lang, lang.Compile, program), scriptArgs(lang, lang.Run, program)
+		}
+		p.Files = append(p.Files, api.File{Path: program, Data: req.Source, Mode: 0o644})
+		runArgs = runClass(runArgs, program, main)
 	default:
 		p.Files = append(p.Files, api.File{Path: lang.Source, Data: req.Source, Mode: 0o644})
 	}
@@ -213,11 +230,21 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 	if len(compileArgs) == 0 {
 		return nil
 	}
-	program := lang.Source
-	if req.Script != "" {
-		program = req.Script
+	return e.planCompile(p, req, img.resolve(withCompilerOptions(withSources(lang, compileArgs, program, p.Files), path.Base(program), req.CompilerOptions)))
+}
+
+// runClass is a run argv naming the class main (mainClass) where it
+// named the program's file's stem; main "" leaves it as it is.
+func runClass(argv []string, program, main string) []string {
+	stem := strings.TrimSuffix(path.Base(program), path.Ext(program))
+	if main == "" || main == stem {
+		return argv
 	}
-	return e.planCompile(p, req, img.resolve(withCompilerOptions(withSources(lang, compileArgs, program, p.Files), lang.Source, req.CompilerOptions)))
+	out := slices.Clone(argv)
+	if i := slices.Index(out, stem); i >= 0 {
+		out[i] = main
+	}
+	return out
 }
 
 // withSources is a compile argv with the program's fellow sources (see
@@ -239,7 +266,7 @@ func withSources(lang rootfs.Language, argv []string, program string, files []ap
 }
 
 // withCompilerOptions puts opts into a compile argv before the argument
-// naming the source file (at the end if none does).
+// naming the source file, the program's (at the end if none does).
 func withCompilerOptions(argv []string, source string, opts []string) []string {
 	if len(opts) == 0 {
 		return argv

@@ -658,3 +658,61 @@ func TestCompileEverySource(t *testing.T) {
 		})
 	}
 }
+
+// TestJavaMainClass: a Java program runs its class that declares main,
+// whatever it is named (class Solution in Main.java; a package's
+// qualified name), and a public class gives its source file its name
+// (javac requires HelloWorld.java for public class HelloWorld): any class
+// name is accepted, in a source or in a script with its fellow files.
+func TestJavaMainClass(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, script string
+		file, class       string // the compiled file, the class run
+	}{
+		{"main", "public class Main { public static void main(String[] a) {} }", "", "/work/Main.java", "Main"},
+		{"solution", "import java.util.*;\n// class Fake { static void main(String[] a) }\nclass Solution {\n  public static void main(String... args) { String s = \"class X {\"; }\n}\n", "", "/work/Main.java", "Solution"},
+		{"public other name", "public class HelloWorld {\n  public static void main(String[] args) { System.out.println(\"OK\"); }\n}", "", "/work/HelloWorld.java", "HelloWorld"},
+		{"helper first", "class Helper { int f() { return 1; } }\n@SuppressWarnings(\"x\") final class App { static public void main(final String[] a) { } }", "", "/work/Main.java", "App"},
+		{"package", "package com.example;\n\npublic class Hello { public static void main(String[] a) {} }", "", "/work/Hello.java", "com.example.Hello"},
+		{"no main", "class Lib {}", "", "/work/Main.java", "Main"},
+		{"script", "class Runner { public static void main(String[] a) {} }", "src/Runner2.java", "/work/src/Runner2.java", "Runner"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			runc := r.rts.backends["runc"]
+			req := api.Request{Language: "java", Script: tc.script}
+			if tc.script == "" {
+				req.Source = []byte(tc.src)
+			} else {
+				req.Files = []api.File{{Path: tc.script, Data: []byte(tc.src), Mode: 0o644}}
+			}
+			if _, err := r.Execute(context.Background(), Request{Request: req}); err != nil {
+				t.Fatal(err)
+			}
+			reqs := runc.requests()
+			comp, run := reqs[0], reqs[1]
+			if !slices.Contains(comp.Args, tc.file) || run.Args[len(run.Args)-1] != tc.class {
+				t.Errorf("compile %q run %q, want %s compiled and class %s run", comp.Args, run.Args, tc.file, tc.class)
+			}
+			if tc.script == "" && (len(comp.Files) != 1 || "/work/"+comp.Files[0].Path != tc.file) {
+				t.Errorf("files %+v, want the source as %s", comp.Files, tc.file)
+			}
+		})
+	}
+}
+
+// TestJavaPublicClassWithFiles: a source named after its public class is
+// still compiled with the request's other java files.
+func TestJavaPublicClassWithFiles(t *testing.T) {
+	r := newRig(t)
+	runc := r.rts.backends["runc"]
+	req := api.Request{Language: "java", Source: []byte("public class App { public static void main(String[] a) { Helper.f(); } }"),
+		Files: []api.File{{Path: "Helper.java", Data: []byte("class Helper { static void f() {} }"), Mode: 0o644}}}
+	if _, err := r.Execute(context.Background(), Request{Request: req}); err != nil {
+		t.Fatal(err)
+	}
+	comp, run := runc.requests()[0], runc.requests()[1]
+	if n := len(comp.Args); n < 2 || comp.Args[n-2] != "/work/App.java" || comp.Args[n-1] != "/work/Helper.java" || run.Args[len(run.Args)-1] != "App" {
+		t.Errorf("compile %q run %q, want App.java and Helper.java compiled, App run", comp.Args, run.Args)
+	}
+}

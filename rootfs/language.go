@@ -46,6 +46,12 @@ type Language struct {
 	// included, never compiled. Empty: Compile gets the program alone
 	// (the compiler finds the rest itself: tsc, rustc).
 	Sources []string `json:"sources,omitempty"`
+	// MainClass: Run names the program's class, the stem of Source
+	// (Java's Main). The class of the program that declares main is run
+	// instead, whatever its name (class Solution), and a public class
+	// names the source file (public class HelloWorld in HelloWorld.java,
+	// as javac wants it); see executor's mainClass.
+	MainClass bool `json:"main_class,omitempty"`
 	// Run is the argv that runs the program, e.g.
 	// ["/usr/bin/python3", "-B", "/work/main.py"].
 	Run []string `json:"run"`
@@ -255,6 +261,8 @@ func (l Language) check() error {
 		return fmt.Errorf("compile_limits without compile")
 	case !l.Compiled() && len(l.Sources) > 0:
 		return fmt.Errorf("sources without compile")
+	case l.MainClass && !l.Compiled():
+		return fmt.Errorf("main_class without compile")
 	case len(l.Sources) > 0 && !slices.Contains(l.Sources, path.Ext(l.Source)):
 		return fmt.Errorf("sources %q lack the extension of source %q", l.Sources, l.Source)
 	}
