@@ -293,7 +293,9 @@ func pistonPlace(files []pistonFile, lang Language) (placed []api.File, script s
 
 // singleFile runs a job of one source file as Piston does where its
 // package runs the file as it is (pistonName.SingleFile): the language's
-// program, the options, the file, with no compile stage. Other files
+// program, the options, the file (renamed with the language's extension
+// appended if it lacks it, as Piston's java package does), with no
+// compile stage. Other files
 // (data) may be there; a second source file is compiled as the catalogue
 // says, since the file run as it is would not see it.
 func (j *pistonJob) singleFile() {
@@ -306,7 +308,19 @@ func (j *pistonJob) singleFile() {
 			return
 		}
 	}
-	j.req.Command = append(append([]string{j.rt.lang.Run[0]}, opts...), "/work/"+j.req.Script)
+	file := j.req.Script
+	if !slices.Contains(j.rt.lang.Sources, path.Ext(file)) {
+		file += path.Ext(j.rt.lang.Source) // Piston's mv $1 $1.java: the launcher reads FILE.java only
+		if slices.ContainsFunc(j.req.Files, func(f api.File) bool { return f.Path == file }) {
+			return
+		}
+		for i := range j.req.Files {
+			if j.req.Files[i].Path == j.req.Script {
+				j.req.Files[i].Path = file
+			}
+		}
+	}
+	j.req.Command = append(append([]string{j.rt.lang.Run[0]}, opts...), "/work/"+file)
 	j.req.Script, j.compiled = "", false
 }
 

@@ -483,6 +483,7 @@ func TestPistonJavaLauncher(t *testing.T) {
 	for _, tc := range []struct{ files, file string }{
 		{`[{"name":"test.java","content":"public class HelloWorld { public static void main(String[] a) { System.out.println(\"OK\"); } }"}]`, "/work/test.java"},
 		{`[{"content":"class Solution { public static void main(String[] a) { System.out.println(\"OK\"); } }"},{"name":"in.txt","content":"data"}]`, "/work/Main.java"},
+		{`[{"name":"prog","content":"class P { public static void main(String[] a) { System.out.println(\"OK\"); } }"}]`, "/work/prog.java"},
 	} {
 		status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"java","version":"*","args":["x"],"files":`+tc.files+`}`, nil)
 		m := obj(t, v)
@@ -490,7 +491,8 @@ func TestPistonJavaLauncher(t *testing.T) {
 		if status != 200 || m["compile"] != nil || obj(t, m["run"])["stdout"] != "OK\n" {
 			t.Errorf("%s: HTTP %d %v, want a run stage only", tc.file, status, v)
 		}
-		if len(req.Command) < 2 || req.Command[0] != java.Run[0] || req.Command[len(req.Command)-1] != tc.file || !slices.Equal(req.Args, []string{"x"}) || req.Script != "" {
+		placed := slices.ContainsFunc(req.Files, func(f api.File) bool { return "/work/"+f.Path == tc.file })
+		if len(req.Command) < 2 || req.Command[0] != java.Run[0] || req.Command[len(req.Command)-1] != tc.file || !placed || !slices.Equal(req.Args, []string{"x"}) || req.Script != "" {
 			t.Errorf("%s: command %q args %q script %q, want %s ... %s and the args", tc.file, req.Command, req.Args, req.Script, java.Run[0], tc.file)
 		}
 	}
