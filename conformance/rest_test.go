@@ -255,7 +255,7 @@ func TestJudge0EndToEnd(t *testing.T) {
 // extra files first, then FILE, each under its base name, utf8; no args
 // key when none are given), as Piston's package CI runs its test programs
 // with it, against real sandboxes: Piston's java test.java prints OK, a C
-// program with a second source, sh as bash. The CLI is not on npm; its
+// and a Java program with a second source, sh as bash. The CLI is not on npm; its
 // request shapes are rebuilt here.
 func TestPistonCLIFlows(t *testing.T) {
 	addr := freeAddr(t)
@@ -282,6 +282,14 @@ func TestPistonCLIFlows(t *testing.T) {
 		file{"main.c", "#include <stdio.h>\nint twice(int);\nint main(void) { printf(\"%d\\n\", twice(21)); return 0; }\n", "utf8"})
 	if run := jsonObj(m["run"]); run["stdout"] != "42\n" || jsonObj(m["compile"])["code"] != 0.0 {
 		t.Errorf("piston run c main.c -f util.c: %v, want both compiled and 42", m)
+	}
+	// run java Main.java -f Helper.java: Helper.java comes first, and has
+	// no main. Piston would run java Helper.java and fail; javac compiles
+	// both here and the class with main runs.
+	m = cli("java", file{"Helper.java", "class Helper { static String hi() { return \"hi from Helper\"; } }\n", "utf8"},
+		file{"Main.java", "public class Main { public static void main(String[] args) { System.out.println(Helper.hi()); } }\n", "utf8"})
+	if run := jsonObj(m["run"]); run["stdout"] != "hi from Helper\n" || jsonObj(m["compile"])["code"] != 0.0 {
+		t.Errorf("piston run java Main.java -f Helper.java: %v, want both compiled and Main run", m)
 	}
 	if m := cli("sh", file{"test.sh", "echo \"bash ${BASH_VERSINFO[0]}\"; [[ -n $BASH ]] && echo OK", "utf8"}); jsonObj(m["run"])["stdout"] != "bash 5\nOK\n" || m["language"] != "bash" {
 		t.Errorf("piston run sh test.sh: %v, want bash 5", m)

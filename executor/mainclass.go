@@ -1,9 +1,13 @@
 package executor
 
 import (
+	"path"
 	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/rootfs"
 )
 
 // A language whose program is a class (rootfs.Language.MainClass: Java)
@@ -13,6 +17,30 @@ import (
 // test.java), which javac accepts only from HelloWorld.java. The program
 // is read here, at plan time, as far as its top-level declarations: no
 // sandbox is needed to tell its class.
+
+// programMain is the class to run of a program: the one of the program's
+// own file that declares main, else the first of its fellow sources' (a
+// program whose main is in another file: Piston's CLI sends the file it
+// was given last); "" if none does.
+func programMain(lang rootfs.Language, program string, files []api.File) string {
+	var fellows []api.File
+	for _, f := range files {
+		switch name := path.Clean(f.Path); {
+		case name == path.Clean(program):
+			if _, main := mainClass(f.Data); main != "" {
+				return main
+			}
+		case fellowSource(lang, program, name):
+			fellows = append(fellows, f)
+		}
+	}
+	for _, f := range fellows {
+		if _, main := mainClass(f.Data); main != "" {
+			return main
+		}
+	}
+	return ""
+}
 
 // mainClass is what a Java program's text declares at the top level: its
 // public class (javac names the file after it), the first class that

@@ -194,12 +194,6 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 	case req.Script != "":
 		program = req.Script
 		compileArgs, runArgs = scriptArgs(lang, lang.Compile, req.Script), scriptArgs(lang, lang.Run, req.Script)
-		if lang.MainClass {
-			if i := slices.IndexFunc(req.Files, func(f api.File) bool { return path.Clean(f.Path) == path.Clean(req.Script) }); i >= 0 {
-				_, main := mainClass(req.Files[i].Data)
-				runArgs = runClass(runArgs, req.Script, main)
-			}
-		}
 	case own:
 		var err error
 		if runArgs, err = img.entrypoint(req.Args); err != nil {
@@ -208,15 +202,16 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 		compileArgs, p.Cwd = nil, img.img.Config.WorkingDir
 	case lang.MainClass:
 		// The source is named after its public class, as javac wants it.
-		public, main := mainClass(req.Source)
-		if public != "" {
+		if public, _ := mainClass(req.Source); public != "" {
 			program = public + path.Ext(lang.Source)
 			compileArgs, runArgs = scriptArgs(lang, lang.Compile, program), scriptArgs(lang, lang.Run, program)
 		}
 		p.Files = append(p.Files, api.File{Path: program, Data: req.Source, Mode: 0o644})
-		runArgs = runClass(runArgs, program, main)
 	default:
 		p.Files = append(p.Files, api.File{Path: lang.Source, Data: req.Source, Mode: 0o644})
+	}
+	if lang.MainClass && req.Command == nil && !own {
+		runArgs = runClass(runArgs, program, programMain(lang, program, p.Files))
 	}
 	if !own {
 		runArgs = append(slices.Clone(runArgs), req.Args...)
@@ -257,12 +252,17 @@ func withSources(lang rootfs.Language, argv []string, program string, files []ap
 	}
 	var more []string
 	for _, f := range files {
-		name := path.Clean(f.Path)
-		if name != program && path.Dir(name) == path.Dir(program) && slices.Contains(lang.Sources, path.Ext(name)) && !slices.Contains(more, "/work/"+name) {
+		if name := path.Clean(f.Path); fellowSource(lang, program, name) && !slices.Contains(more, "/work/"+name) {
 			more = append(more, "/work/"+name)
 		}
 	}
 	return slices.Insert(slices.Clone(argv), at+1, more...)
+}
+
+// fellowSource reports whether the file name (clean) is compiled with
+// the program: another file of the language's sources in its directory.
+func fellowSource(lang rootfs.Language, program, name string) bool {
+	return name != program && path.Dir(name) == path.Dir(program) && slices.Contains(lang.Sources, path.Ext(name))
 }
 
 // withCompilerOptions puts opts into a compile argv before the argument

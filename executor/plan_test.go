@@ -716,3 +716,21 @@ func TestJavaPublicClassWithFiles(t *testing.T) {
 		t.Errorf("compile %q run %q, want App.java and Helper.java compiled, App run", comp.Args, run.Args)
 	}
 }
+
+// TestJavaMainInFellow: a program whose file has no main runs the class
+// of a fellow source that has one (Piston's CLI sends the file it was
+// given last: run java Main.java -f Helper.java sends Helper.java first).
+func TestJavaMainInFellow(t *testing.T) {
+	r := newRig(t)
+	runc := r.rts.backends["runc"]
+	req := api.Request{Language: "java", Script: "Helper.java", Files: []api.File{
+		{Path: "Helper.java", Data: []byte("class Helper { static int f() { return 1; } }"), Mode: 0o644},
+		{Path: "Main.java", Data: []byte("public class Main { public static void main(String[] a) { Helper.f(); } }"), Mode: 0o644}}}
+	if _, err := r.Execute(context.Background(), Request{Request: req}); err != nil {
+		t.Fatal(err)
+	}
+	comp, run := runc.requests()[0], runc.requests()[1]
+	if n := len(comp.Args); comp.Args[n-2] != "/work/Helper.java" || comp.Args[n-1] != "/work/Main.java" || run.Args[len(run.Args)-1] != "Main" {
+		t.Errorf("compile %q run %q, want both compiled and Main run", comp.Args, run.Args)
+	}
+}
