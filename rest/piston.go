@@ -101,13 +101,8 @@ func (h *Handler) pistonRoutes() {
 	h.mux.HandleFunc("GET /api/v2/runtimes", h.pistonRuntimesHandler)
 	h.mux.HandleFunc("POST /api/v2/execute", h.pistonExecute)
 	h.mux.HandleFunc("GET /api/v2/connect", h.pistonConnect)
-	for _, p := range []string{"/api/v2/runtimes", "/api/v2/execute", "/api/v2/connect"} {
-		h.mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-			if pistonJSON(w, r) {
-				pistonError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s", r.Method, p))
-			}
-		})
-	}
+	// Anything else, another method on a route included, is Piston's
+	// 404 (api/src/index.js), after its router's JSON check.
 	h.mux.HandleFunc("/api/v2/", func(w http.ResponseWriter, r *http.Request) {
 		if pistonJSON(w, r) {
 			pistonError(w, http.StatusNotFound, "Not Found")

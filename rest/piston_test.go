@@ -339,7 +339,8 @@ func TestGuardShapes(t *testing.T) {
 		{"GET", "/api/v2/runtimes", "", map[string]string{"X-Auth-Token": "tok"}, 401, "message"},
 		{"GET", "/api/v2/nope", "", map[string]string{"Authorization": "Bearer tok"}, 404, "message"},
 		{"GET", "/nope", "", map[string]string{"Authorization": "Bearer tok"}, 404, "error"},
-		{"DELETE", "/api/v2/execute", "", map[string]string{"Authorization": "Bearer tok", "Content-Type": "application/json"}, 405, "message"},
+		{"DELETE", "/api/v2/execute", "", map[string]string{"Authorization": "Bearer tok", "Content-Type": "application/json"}, 404, "message"}, // Piston's Not Found
+		{"GET", "/api/v2/packages", "", map[string]string{"Authorization": "Bearer tok"}, 404, "message"},
 		{"DELETE", "/api/v2/execute", "", map[string]string{"Authorization": "Bearer tok"}, 415, "message"}, // Piston's router: JSON first
 	} {
 		status, hdr, v := do(t, tc.method, ts.URL+tc.path, tc.body, tc.hdr)
