@@ -549,9 +549,16 @@ func pistonStageOf(p api.Phase, output string) pistonStage {
 			status, msg = "RE", fmt.Sprintf("Exited with error status %d", code)
 		}
 	case api.StatusTimeout:
-		status = "TO"
+		// isolate's words (check_timeout), which Piston passes on and its
+		// users compare: the CPU-time limit's message is sandcell's
+		// "CPU-time limit of ..." (oci/verdict.go), the rest wall-clock.
+		status, msg = "TO", "Time limit exceeded (wall clock)"
+		if strings.HasPrefix(p.Message, "CPU-time") {
+			msg = "Time limit exceeded"
+		}
 	case api.StatusMemoryLimit:
-		status = "SG"
+		// The cgroup's OOM kill: isolate sees SIGKILL.
+		status, msg = "SG", fmt.Sprintf("Caught fatal signal %d", unix.SIGKILL)
 	case api.StatusOutputLimit:
 		status, msg = "OL", "stdout length exceeded"
 		if p.StderrTruncated && !p.StdoutTruncated {

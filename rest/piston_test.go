@@ -146,7 +146,8 @@ func TestPistonExecuteDocsExample(t *testing.T) {
 }
 
 // TestPistonStages: each verdict as Piston reports it (job.js safe_call
-// over isolate's meta file): status, code, signal, message.
+// over isolate's meta file): status, code, signal, message (isolate's
+// words for a time limit and an OOM kill).
 func TestPistonStages(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -159,10 +160,11 @@ func TestPistonStages(t *testing.T) {
 		{"ok", api.Phase{Status: api.StatusOK}, nil, 0.0, nil, nil},
 		{"non-zero exit", api.Phase{Status: api.StatusError, ExitCode: 3}, "RE", 3.0, nil, "Exited with error status 3"},
 		{"signal", api.Phase{Status: api.StatusError, ExitCode: 139, Signal: "SIGSEGV"}, "SG", nil, "SIGSEGV", "Caught fatal signal 11"},
-		{"timeout", api.Phase{Status: api.StatusTimeout, ExitCode: 137, Signal: "SIGKILL", Message: "wall-clock limit of 3s reached"}, "TO", nil, "SIGKILL", "wall-clock limit of 3s reached"},
+		{"timeout", api.Phase{Status: api.StatusTimeout, ExitCode: 137, Signal: "SIGKILL", Message: "wall-clock limit of 3s reached; the run was killed"}, "TO", nil, "SIGKILL", "Time limit exceeded (wall clock)"},
+		{"cpu time", api.Phase{Status: api.StatusTimeout, ExitCode: 137, Signal: "SIGKILL", Message: "CPU-time limit of 1s reached; the run was killed"}, "TO", nil, "SIGKILL", "Time limit exceeded"},
 		{"stdout cap", api.Phase{Status: api.StatusOutputLimit, StdoutTruncated: true}, "OL", nil, "SIGKILL", "stdout length exceeded"},
 		{"stderr cap", api.Phase{Status: api.StatusOutputLimit, StderrTruncated: true}, "EL", nil, "SIGKILL", "stderr length exceeded"},
-		{"memory", api.Phase{Status: api.StatusMemoryLimit, Message: "memory limit of 256 MiB reached"}, "SG", nil, "SIGKILL", "memory limit of 256 MiB reached"},
+		{"memory", api.Phase{Status: api.StatusMemoryLimit, Message: "memory limit of 256 MiB reached"}, "SG", nil, "SIGKILL", "Caught fatal signal 9"},
 		{"internal", api.Phase{Status: api.StatusInternalError, ExitCode: -1, Message: "runc failed"}, "XX", nil, nil, "runc failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
