@@ -18,6 +18,12 @@ import (
 // is read here, at plan time, as far as its top-level declarations: no
 // sandbox is needed to tell its class.
 
+// maxClassName bounds a public class's name that names a file: a name
+// is at most 255 bytes, and the program is the caller's (a class name of
+// a megabyte, not UTF-8, would make /work's file fail to be written, or
+// its listing).
+const maxClassName = 200
+
 // programMain is the class to run of a program: the one of the program's
 // own file that declares main, else the first of its fellow sources' (a
 // program whose main is in another file: Piston's CLI sends the file it

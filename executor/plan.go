@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
@@ -202,7 +203,7 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 		compileArgs, p.Cwd = nil, img.img.Config.WorkingDir
 	case lang.MainClass:
 		// The source is named after its public class, as javac wants it.
-		if public, _ := mainClass(req.Source); public != "" {
+		if public, _ := mainClass(req.Source); public != "" && len(public) <= maxClassName && utf8.ValidString(public) {
 			program = public + path.Ext(lang.Source)
 			compileArgs, runArgs = scriptArgs(lang, lang.Compile, program), scriptArgs(lang, lang.Run, program)
 		}

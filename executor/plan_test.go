@@ -675,6 +675,8 @@ func TestJavaMainClass(t *testing.T) {
 		{"helper first", "class Helper { int f() { return 1; } }\n@SuppressWarnings(\"x\") final class App { static public void main(final String[] a) { } }", "", "/work/Main.java", "App"},
 		{"package", "package com.example;\n\npublic class Hello { public static void main(String[] a) {} }", "", "/work/Hello.java", "com.example.Hello"},
 		{"no main", "class Lib {}", "", "/work/Main.java", "Main"},
+		{"name too long", "public class " + strings.Repeat("A", 300) + " {}", "", "/work/Main.java", "Main"},
+		{"text block", "class T { static String s = \"\"\"\n class Fake { public static void main(String[] a) {} }\n\"\"\"; }\nclass Real { public static void main(String[] a) {} }", "", "/work/Main.java", "Real"},
 		{"script", "class Runner { public static void main(String[] a) {} }", "src/Runner2.java", "/work/src/Runner2.java", "Runner"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
