@@ -224,18 +224,18 @@ func pistonFiles(raw json.RawMessage) ([]pistonFile, error) {
 // pistonPlace decodes a job's files and places them in /work: each under
 // its name (checked by workPath, once), at most executor.MaxSourceBytes in
 // all. The main file, the one the language runs (script), is the first
-// utf8 one; there must be one.
+// utf8 one (an unknown encoding is utf8, as in Piston); one must say utf8.
 func pistonPlace(files []pistonFile, lang Language) (placed []api.File, script string, err error) {
-	main, total := -1, 0
+	main, total, anyUTF8 := -1, 0, false
 	seen := map[string]bool{}
 	for i, f := range files {
+		// Piston's Job takes an encoding other than base64, hex and utf8
+		// as utf8; get_job wants one file whose encoding is utf8 or falsy.
 		enc := "utf8"
-		if len(f.Encoding) > 0 && string(f.Encoding) != "null" {
-			var ok bool
-			if enc, ok = jsonString(f.Encoding); !ok || !slices.Contains([]string{"utf8", "base64", "hex"}, enc) {
-				return nil, "", badf("files[%d].encoding must be one of utf8, base64, hex", i)
-			}
+		if e, ok := jsonString(f.Encoding); ok && slices.Contains([]string{"utf8", "base64", "hex"}, e) {
+			enc = e
 		}
+		anyUTF8 = anyUTF8 || len(f.Encoding) == 0 || falsy(f.Encoding) || string(f.Encoding) == `"utf8"`
 		content, _ := jsonString(f.Content)
 		data, err := decodeContent(content, enc)
 		if err != nil {
@@ -280,7 +280,7 @@ func pistonPlace(files []pistonFile, lang Language) (placed []api.File, script s
 		}
 		placed = append(placed, api.File{Path: clean, Data: data, Mode: 0o644})
 	}
-	if main < 0 {
+	if !anyUTF8 {
 		return nil, "", badf("files must include at least one utf8 encoded file")
 	}
 	return placed, script, nil

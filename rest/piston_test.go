@@ -241,7 +241,7 @@ func TestPistonBadInput(t *testing.T) {
 		{"unknown version", `{"language":"python","version":"2.x","files":[{"content":"x"}]}`, nil, 400, "python-2.x runtime is unknown"},
 		{"not a version range", `{"language":"python","version":"latest","files":[{"content":"x"}]}`, nil, 400, "python-latest runtime is unknown"},
 		{"no utf8 file", `{"language":"python","version":"*","files":[{"content":"eA==","encoding":"base64"}]}`, nil, 400, "at least one utf8"},
-		{"unknown encoding", `{"language":"python","version":"*","files":[{"content":"x","encoding":"rot13"}]}`, nil, 400, "encoding must be one of"},
+		{"unknown encoding only", `{"language":"python","version":"*","files":[{"content":"x","encoding":"rot13"}]}`, nil, 400, "files must include at least one utf8 encoded file"},
 		{"hostile base64", `{"language":"python","version":"*","files":[{"content":"x"},{"content":"ZXZpbA==<script>","encoding":"base64"}]}`, nil, 400, "not valid base64"},
 		{"odd hex", `{"language":"python","version":"*","files":[{"content":"x"},{"content":"abc","encoding":"hex"}]}`, nil, 400, "not valid hex"},
 		{"oversized source", `{"language":"python","version":"*","files":[{"content":"` + big + `"}]}`, nil, 400, "bytes in all"},
@@ -512,4 +512,19 @@ func pistonLookup(t *testing.T, name string) rootfs.Language {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// TestPistonUnknownEncoding: Piston's Job takes an encoding it does not
+// know as utf8 (job.js), so such a file is a utf8 file, the program if it
+// comes first; get_job only wants one file that says utf8 (or nothing).
+func TestPistonUnknownEncoding(t *testing.T) {
+	ts, fe, _ := newTestServer(t, nil)
+	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"python","version":"*","files":[{"content":"print(2)","encoding":"latin1"},{"name":"d.txt","content":"abc","encoding":5},{"content":"x"}]}`, nil)
+	if status != 200 {
+		t.Fatalf("HTTP %d %v", status, v)
+	}
+	req := fe.last(t)
+	if req.Script != "main.py" || string(req.Files[0].Data) != "print(2)" || req.Files[1].Path != "d.txt" || string(req.Files[1].Data) != "abc" {
+		t.Errorf("script %q files %+v, want the latin1 file as the program, d.txt as written", req.Script, req.Files)
+	}
 }
