@@ -71,15 +71,28 @@ func requireRuntimes(t *testing.T, addr string, names ...string) {
 	}
 }
 
-// TestPistonClient: the npm package piston-client, unmodified, runs
-// programs in five languages against sandcell, a compile error and a
-// timeout included, and gets Piston's answers.
+// TestPistonClient: the npm package piston-client, its code unmodified,
+// runs programs in six languages against sandcell, a compile error and a
+// timeout included, and the flows of issue 38 (sh, a multi-file C++
+// program, Piston's own java test, output order, truncation), and gets
+// Piston's answers. As published it posts text/plain, which Piston (and
+// sandcell) refuse with 415: the flows run with the Content-Type header
+// added to its fetch (node/json-header.mjs), as its users add it.
 func TestPistonClient(t *testing.T) {
 	nodeBin(t)
 	addr := freeAddr(t)
 	startServer(t, sandcellCommand(t, "--http", addr), addr)
-	requireRuntimes(t, addr, "python", "javascript", "c", "c++", "bash")
-	out, code := runNode(t, 3*time.Minute, "node/piston.mjs", "http://"+addr)
+	requireRuntimes(t, addr, "python", "javascript", "c", "c++", "bash", "java")
+	out, code := runNode(t, time.Minute, "node/unmodified.mjs", "http://"+addr)
+	var unmodified struct {
+		Runtimes int
+		Execute  map[string]any
+	}
+	if err := json.Unmarshal([]byte(out), &unmodified); code != 0 || err != nil || unmodified.Runtimes < 6 ||
+		len(unmodified.Execute) != 1 || unmodified.Execute["message"] != "requests must be of type application/json" {
+		t.Errorf("piston-client as published: exit %d %s; want its runtimes and Piston's 415 message for its text/plain post", code, out)
+	}
+	out, code = runNode(t, 4*time.Minute, "--import", "./node/json-header.mjs", "node/piston.mjs", "http://"+addr)
 	if code != 0 {
 		t.Fatalf("piston.mjs exited %d: %s", code, out)
 	}
@@ -138,6 +151,28 @@ func TestPistonClient(t *testing.T) {
 	}
 	if msg := r["unknown"]["message"]; msg != "python-2.7.0 runtime is unknown" {
 		t.Errorf("unknown version: %v", r["unknown"])
+	}
+	if sh := stage("sh", "run"); r["sh"]["language"] != "bash" || sh["stdout"] != "5\n" {
+		t.Errorf("sh: %v, want bash 5 (Piston's sh)", r["sh"])
+	}
+	if c, run := stage("multiFile", "compile"), stage("multiFile", "run"); c["code"] != 0.0 || run["stdout"] != "5\n" {
+		t.Errorf("multi-file C++: compile %v run %v, want add.cpp linked in and 5", c, run)
+	}
+	for name, want := range map[string]string{"javaTest": "OK\n", "javaSolution": "solved 3\n"} {
+		if run := stage(name, "run"); r[name]["compile"] != nil || run["stdout"] != want || run["code"] != 0.0 {
+			t.Errorf("%s: %v, want %q and no compile stage (the single-file launcher, as Piston runs java)", name, r[name], want)
+		}
+	}
+	var order strings.Builder
+	for i := range 5 {
+		fmt.Fprintf(&order, "out %d\nerr %d\n", i, i)
+	}
+	if o := stage("order", "run"); o["output"] != order.String() {
+		t.Errorf("output %q, want stdout and stderr in the order written %q", o["output"], order.String())
+	}
+	if tr := stage("truncated", "run"); tr["status"] != "OL" || tr["stdout"] != strings.Repeat("x", 1<<20) {
+		s, _ := tr["stdout"].(string)
+		t.Errorf("truncated: status %v, stdout %d bytes ending %q; want OL and the first MiB, no note", tr["status"], len(s), s[max(0, len(s)-60):])
 	}
 }
 
@@ -212,6 +247,52 @@ func TestJudge0EndToEnd(t *testing.T) {
 		if s := jsonObj(subs[i]); s["stdout"] != want || s["status_id"] != 3.0 {
 			t.Errorf("batch %d: %v, want %q accepted", i, s, want)
 		}
+	}
+}
+
+// TestPistonCLIFlows: the requests of Piston's own CLI (cli/commands/
+// execute.js: `piston run LANG FILE [-f MORE...]`, axios posting JSON; the
+// extra files first, then FILE, each under its base name, utf8; no args
+// key when none are given), as Piston's package CI runs its test programs
+// with it, against real sandboxes: Piston's java test.java prints OK, a C
+// and a Java program with a second source, sh as bash. The CLI is not on npm; its
+// request shapes are rebuilt here.
+func TestPistonCLIFlows(t *testing.T) {
+	addr := freeAddr(t)
+	startServer(t, sandcellCommand(t, "--http", addr), addr)
+	requireRuntimes(t, addr, "java", "c", "bash")
+	type file struct {
+		Name     string `json:"name"`
+		Content  string `json:"content"`
+		Encoding string `json:"encoding"`
+	}
+	cli := func(lang string, files ...file) map[string]any {
+		b, _ := json.Marshal(map[string]any{"language": lang, "version": "*", "files": files, "stdin": "",
+			"compile_timeout": 10000, "run_timeout": 10000})
+		status, _, v := restCall(t, http.DefaultClient, "POST", "http://"+addr+"/api/v2/execute", string(b), nil)
+		if status != 200 {
+			t.Fatalf("%s: HTTP %d %v", lang, status, v)
+		}
+		return jsonObj(v)
+	}
+	if m := cli("java", file{"test.java", "public class HelloWorld {\n    public static void main(String[] args) {\n        System.out.println(\"OK\");\n    }\n}", "utf8"}); jsonObj(m["run"])["stdout"] != "OK\n" || m["compile"] != nil {
+		t.Errorf("piston run java test.java: %v, want OK and no compile stage", m)
+	}
+	m := cli("c", file{"util.c", "int twice(int x) { return 2 * x; }\n", "utf8"},
+		file{"main.c", "#include <stdio.h>\nint twice(int);\nint main(void) { printf(\"%d\\n\", twice(21)); return 0; }\n", "utf8"})
+	if run := jsonObj(m["run"]); run["stdout"] != "42\n" || jsonObj(m["compile"])["code"] != 0.0 {
+		t.Errorf("piston run c main.c -f util.c: %v, want both compiled and 42", m)
+	}
+	// run java Main.java -f Helper.java: Helper.java comes first, and has
+	// no main. Piston would run java Helper.java and fail; javac compiles
+	// both here and the class with main runs.
+	m = cli("java", file{"Helper.java", "class Helper { static String hi() { return \"hi from Helper\"; } }\n", "utf8"},
+		file{"Main.java", "public class Main { public static void main(String[] args) { System.out.println(Helper.hi()); } }\n", "utf8"})
+	if run := jsonObj(m["run"]); run["stdout"] != "hi from Helper\n" || jsonObj(m["compile"])["code"] != 0.0 {
+		t.Errorf("piston run java Main.java -f Helper.java: %v, want both compiled and Main run", m)
+	}
+	if m := cli("sh", file{"test.sh", "echo \"bash ${BASH_VERSINFO[0]}\"; [[ -n $BASH ]] && echo OK", "utf8"}); jsonObj(m["run"])["stdout"] != "bash 5\nOK\n" || m["language"] != "bash" {
+		t.Errorf("piston run sh test.sh: %v, want bash 5", m)
 	}
 }
 

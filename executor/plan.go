@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
@@ -187,10 +188,12 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 	compileArgs, runArgs := lang.Compile, lang.Run
 	p.Files = slices.Clone(req.Files)
 	own := img != nil && ownProgram(req.Request)
+	program := lang.Source // the file compiled
 	switch {
 	case req.Command != nil:
 		compileArgs, runArgs = nil, req.Command
 	case req.Script != "":
+		program = req.Script
 		compileArgs, runArgs = scriptArgs(lang, lang.Compile, req.Script), scriptArgs(lang, lang.Run, req.Script)
 	case own:
 		var err error
@@ -198,8 +201,18 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 			return err
 		}
 		compileArgs, p.Cwd = nil, img.img.Config.WorkingDir
+	case lang.MainClass:
+		// The source is named after its public class, as javac wants it.
+		if public, _ := mainClass(req.Source); public != "" && len(public) <= maxClassName && utf8.ValidString(public) {
+			program = public + path.Ext(lang.Source)
+			compileArgs, runArgs = scriptArgs(lang, lang.Compile, program), scriptArgs(lang, lang.Run, program)
+		}
+		p.Files = append(p.Files, api.File{Path: program, Data: req.Source, Mode: 0o644})
 	default:
 		p.Files = append(p.Files, api.File{Path: lang.Source, Data: req.Source, Mode: 0o644})
+	}
+	if lang.MainClass && req.Command == nil && !own {
+		runArgs = runClass(runArgs, program, programMain(lang, program, p.Files))
 	}
 	if !own {
 		runArgs = append(slices.Clone(runArgs), req.Args...)
@@ -213,11 +226,48 @@ func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) er
 	if len(compileArgs) == 0 {
 		return nil
 	}
-	return e.planCompile(p, req, img.resolve(withCompilerOptions(compileArgs, lang.Source, req.CompilerOptions)))
+	return e.planCompile(p, req, img.resolve(withCompilerOptions(withSources(lang, compileArgs, program, p.Files), path.Base(program), req.CompilerOptions)))
+}
+
+// runClass is a run argv naming the class main (mainClass) where it
+// named the program's file's stem; main "" leaves it as it is.
+func runClass(argv []string, program, main string) []string {
+	stem := strings.TrimSuffix(path.Base(program), path.Ext(program))
+	if main == "" || main == stem {
+		return argv
+	}
+	out := slices.Clone(argv)
+	if i := slices.Index(out, stem); i >= 0 {
+		out[i] = main
+	}
+	return out
+}
+
+// withSources is a compile argv with the program's fellow sources (see
+// rootfs.Language.Sources) after the program, in the files' order: a
+// program of several files is compiled and linked whole.
+func withSources(lang rootfs.Language, argv []string, program string, files []api.File) []string {
+	at := slices.Index(argv, "/work/"+program)
+	if len(lang.Sources) == 0 || at < 0 {
+		return argv
+	}
+	var more []string
+	for _, f := range files {
+		if name := path.Clean(f.Path); fellowSource(lang, program, name) && !slices.Contains(more, "/work/"+name) {
+			more = append(more, "/work/"+name)
+		}
+	}
+	return slices.Insert(slices.Clone(argv), at+1, more...)
+}
+
+// fellowSource reports whether the file name (clean) is compiled with
+// the program: another file of the language's sources in its directory.
+func fellowSource(lang rootfs.Language, program, name string) bool {
+	return name != program && path.Dir(name) == path.Dir(program) && slices.Contains(lang.Sources, path.Ext(name))
 }
 
 // withCompilerOptions puts opts into a compile argv before the argument
-// naming the source file (at the end if none does).
+// naming the source file, the program's (at the end if none does).
 func withCompilerOptions(argv []string, source string, opts []string) []string {
 	if len(opts) == 0 {
 		return argv

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -610,5 +611,128 @@ func TestCompilerOptions(t *testing.T) {
 	want := slices.Concat(c.Compile[:at], opts, c.Compile[at:])
 	if !slices.Equal(reqs[0].Args, want) || !slices.Equal(reqs[1].Args, c.Run) {
 		t.Errorf("compile argv %q, run argv %q; want %q and %q", reqs[0].Args, reqs[1].Args, want, c.Run)
+	}
+}
+
+// TestCompileEverySource: every source file of the request in the
+// program's directory is compiled and linked with it, in the request's
+// order (Piston's gcc package compiles *.cpp); headers, files of other
+// extensions and of other directories are not passed to the compiler.
+func TestCompileEverySource(t *testing.T) {
+	for _, tc := range []struct {
+		name, lang, script string
+		files              []string
+		want               []string // after the program, in its place in the argv
+	}{
+		{"c++ source", "cpp", "", []string{"util.cpp", "util.h", "more.cc", "lib/other.cpp", "notes.txt"}, []string{"/work/main.cpp", "/work/util.cpp", "/work/more.cc"}},
+		{"c script", "c", "app/main.c", []string{"app/a.c", "app/a.h", "b.c"}, []string{"/work/app/main.c", "/work/app/a.c"}},
+		{"go", "go", "", []string{"helper.go"}, []string{"/work/main.go", "/work/helper.go"}},
+		{"java", "java", "", []string{"Helper.java"}, []string{"/work/Main.java", "/work/Helper.java"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			runc := r.rts.backends["runc"]
+			req := api.Request{Language: tc.lang, Script: tc.script}
+			if tc.script == "" {
+				req.Source = []byte("x")
+			} else {
+				req.Files = append(req.Files, api.File{Path: tc.script, Data: []byte("x"), Mode: 0o644})
+			}
+			for _, f := range tc.files {
+				req.Files = append(req.Files, api.File{Path: f, Data: []byte("y"), Mode: 0o644})
+			}
+			if _, err := r.Execute(context.Background(), Request{Request: req}); err != nil {
+				t.Fatal(err)
+			}
+			comp := runc.requests()[0]
+			i := slices.Index(comp.Args, tc.want[0])
+			ok := i >= 0 && i+len(tc.want) <= len(comp.Args) && slices.Equal(comp.Args[i:i+len(tc.want)], tc.want)
+			for _, a := range comp.Args {
+				if strings.HasPrefix(a, "/work/") && path.Ext(a) != "" && !slices.Contains(tc.want, a) {
+					ok = false // a header, another extension or directory
+				}
+			}
+			if !ok {
+				t.Errorf("compile argv %q, want the sources %q in the program's place and no other file", comp.Args, tc.want)
+			}
+		})
+	}
+}
+
+// TestJavaMainClass: a Java program runs its class that declares main,
+// whatever it is named (class Solution in Main.java; a package's
+// qualified name), and a public class gives its source file its name
+// (javac requires HelloWorld.java for public class HelloWorld): any class
+// name is accepted, in a source or in a script with its fellow files.
+func TestJavaMainClass(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, script string
+		file, class       string // the compiled file, the class run
+	}{
+		{"main", "public class Main { public static void main(String[] a) {} }", "", "/work/Main.java", "Main"},
+		{"solution", "import java.util.*;\n// class Fake { static void main(String[] a) }\nclass Solution {\n  public static void main(String... args) { String s = \"class X {\"; }\n}\n", "", "/work/Main.java", "Solution"},
+		{"public other name", "public class HelloWorld {\n  public static void main(String[] args) { System.out.println(\"OK\"); }\n}", "", "/work/HelloWorld.java", "HelloWorld"},
+		{"helper first", "class Helper { int f() { return 1; } }\n@SuppressWarnings(\"x\") final class App { static public void main(final String[] a) { } }", "", "/work/Main.java", "App"},
+		{"package", "package com.example;\n\npublic class Hello { public static void main(String[] a) {} }", "", "/work/Hello.java", "com.example.Hello"},
+		{"no main", "class Lib {}", "", "/work/Main.java", "Main"},
+		{"name too long", "public class " + strings.Repeat("A", 300) + " {}", "", "/work/Main.java", "Main"},
+		{"text block", "class T { static String s = \"\"\"\n class Fake { public static void main(String[] a) {} }\n\"\"\"; }\nclass Real { public static void main(String[] a) {} }", "", "/work/Main.java", "Real"},
+		{"script", "class Runner { public static void main(String[] a) {} }", "src/Runner2.java", "/work/src/Runner2.java", "Runner"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			runc := r.rts.backends["runc"]
+			req := api.Request{Language: "java", Script: tc.script}
+			if tc.script == "" {
+				req.Source = []byte(tc.src)
+			} else {
+				req.Files = []api.File{{Path: tc.script, Data: []byte(tc.src), Mode: 0o644}}
+			}
+			if _, err := r.Execute(context.Background(), Request{Request: req}); err != nil {
+				t.Fatal(err)
+			}
+			reqs := runc.requests()
+			comp, run := reqs[0], reqs[1]
+			if !slices.Contains(comp.Args, tc.file) || run.Args[len(run.Args)-1] != tc.class {
+				t.Errorf("compile %q run %q, want %s compiled and class %s run", comp.Args, run.Args, tc.file, tc.class)
+			}
+			if tc.script == "" && (len(comp.Files) != 1 || "/work/"+comp.Files[0].Path != tc.file) {
+				t.Errorf("files %+v, want the source as %s", comp.Files, tc.file)
+			}
+		})
+	}
+}
+
+// TestJavaPublicClassWithFiles: a source named after its public class is
+// still compiled with the request's other java files.
+func TestJavaPublicClassWithFiles(t *testing.T) {
+	r := newRig(t)
+	runc := r.rts.backends["runc"]
+	req := api.Request{Language: "java", Source: []byte("public class App { public static void main(String[] a) { Helper.f(); } }"),
+		Files: []api.File{{Path: "Helper.java", Data: []byte("class Helper { static void f() {} }"), Mode: 0o644}}}
+	if _, err := r.Execute(context.Background(), Request{Request: req}); err != nil {
+		t.Fatal(err)
+	}
+	comp, run := runc.requests()[0], runc.requests()[1]
+	if n := len(comp.Args); n < 2 || comp.Args[n-2] != "/work/App.java" || comp.Args[n-1] != "/work/Helper.java" || run.Args[len(run.Args)-1] != "App" {
+		t.Errorf("compile %q run %q, want App.java and Helper.java compiled, App run", comp.Args, run.Args)
+	}
+}
+
+// TestJavaMainInFellow: a program whose file has no main runs the class
+// of a fellow source that has one (Piston's CLI sends the file it was
+// given last: run java Main.java -f Helper.java sends Helper.java first).
+func TestJavaMainInFellow(t *testing.T) {
+	r := newRig(t)
+	runc := r.rts.backends["runc"]
+	req := api.Request{Language: "java", Script: "Helper.java", Files: []api.File{
+		{Path: "Helper.java", Data: []byte("class Helper { static int f() { return 1; } }"), Mode: 0o644},
+		{Path: "Main.java", Data: []byte("public class Main { public static void main(String[] a) { Helper.f(); } }"), Mode: 0o644}}}
+	if _, err := r.Execute(context.Background(), Request{Request: req}); err != nil {
+		t.Fatal(err)
+	}
+	comp, run := runc.requests()[0], runc.requests()[1]
+	if n := len(comp.Args); comp.Args[n-2] != "/work/Helper.java" || comp.Args[n-1] != "/work/Main.java" || run.Args[len(run.Args)-1] != "Main" {
+		t.Errorf("compile %q run %q, want both compiled and Main run", comp.Args, run.Args)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -32,6 +33,10 @@ type pistonName struct {
 	Language string   `json:"language"`
 	Runtime  string   `json:"runtime"`
 	Aliases  []string `json:"aliases"`
+	// SingleFile, if set, are the options before the file when Piston
+	// runs a job of one source file as it is, with no compile stage (its
+	// java package: java FILE.java, the single-file source launcher).
+	SingleFile []string `json:"single_file"`
 }
 
 var pistonNames = func() map[string]pistonName {
@@ -96,13 +101,12 @@ func (h *Handler) pistonRoutes() {
 	h.mux.HandleFunc("GET /api/v2/runtimes", h.pistonRuntimesHandler)
 	h.mux.HandleFunc("POST /api/v2/execute", h.pistonExecute)
 	h.mux.HandleFunc("GET /api/v2/connect", h.pistonConnect)
-	for _, p := range []string{"/api/v2/runtimes", "/api/v2/execute", "/api/v2/connect"} {
-		h.mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-			pistonError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s", r.Method, p))
-		})
-	}
+	// Anything else, another method on a route included, is Piston's
+	// 404 (api/src/index.js), after its router's JSON check.
 	h.mux.HandleFunc("/api/v2/", func(w http.ResponseWriter, r *http.Request) {
-		pistonError(w, http.StatusNotFound, "Not Found")
+		if pistonJSON(w, r) {
+			pistonError(w, http.StatusNotFound, "Not Found")
+		}
 	})
 }
 
@@ -126,6 +130,9 @@ func (h *Handler) pistonRuntimesHandler(w http.ResponseWriter, r *http.Request) 
 type pistonJob struct {
 	rt  pistonRuntime
 	req api.Request
+	// compiled: the job has a compile stage (the language has one and
+	// the job is not run as a single file).
+	compiled bool
 }
 
 // badRequest is a refusal whose message the client sees as it is.
@@ -166,10 +173,11 @@ func (h *Handler) pistonParse(body []byte) (*pistonJob, error) {
 	if len(files) > pistonMaxFiles {
 		return nil, badf("files: %d files, at most %d", len(files), pistonMaxFiles)
 	}
-	job := &pistonJob{rt: rt, req: api.Request{Language: rt.lang.Name}}
+	job := &pistonJob{rt: rt, req: api.Request{Language: rt.lang.Name}, compiled: rt.lang.Compiled()}
 	if job.req.Files, job.req.Script, err = pistonPlace(files, rt.lang); err != nil {
 		return nil, err
 	}
+	job.singleFile()
 	if job.req.Stdin, err = pistonStdin(m["stdin"]); err != nil {
 		return nil, err
 	}
@@ -216,18 +224,18 @@ func pistonFiles(raw json.RawMessage) ([]pistonFile, error) {
 // pistonPlace decodes a job's files and places them in /work: each under
 // its name (checked by workPath, once), at most executor.MaxSourceBytes in
 // all. The main file, the one the language runs (script), is the first
-// utf8 one; there must be one.
+// utf8 one (an unknown encoding is utf8, as in Piston); one must say utf8.
 func pistonPlace(files []pistonFile, lang Language) (placed []api.File, script string, err error) {
-	main, total := -1, 0
+	main, total, anyUTF8 := -1, 0, false
 	seen := map[string]bool{}
 	for i, f := range files {
+		// Piston's Job takes an encoding other than base64, hex and utf8
+		// as utf8; get_job wants one file whose encoding is utf8 or falsy.
 		enc := "utf8"
-		if len(f.Encoding) > 0 && string(f.Encoding) != "null" {
-			var ok bool
-			if enc, ok = jsonString(f.Encoding); !ok || !slices.Contains([]string{"utf8", "base64", "hex"}, enc) {
-				return nil, "", badf("files[%d].encoding must be one of utf8, base64, hex", i)
-			}
+		if e, ok := jsonString(f.Encoding); ok && slices.Contains([]string{"utf8", "base64", "hex"}, e) {
+			enc = e
 		}
+		anyUTF8 = anyUTF8 || len(f.Encoding) == 0 || falsy(f.Encoding) || string(f.Encoding) == `"utf8"`
 		content, _ := jsonString(f.Content)
 		data, err := decodeContent(content, enc)
 		if err != nil {
@@ -246,10 +254,17 @@ func pistonPlace(files []pistonFile, lang Language) (placed []api.File, script s
 		if name == "" {
 			// Piston names an unnamed file file<i>.code; the main one
 			// (the first utf8 file) gets the language's own source name
-			// here instead, so that a compiler sees its extension.
+			// here instead, so that a compiler sees its extension. Its
+			// gcc package compiles every utf8 file, renamed with the
+			// extension appended (packages/gcc/10.2.0/compile): an
+			// unnamed one is named so here, so that it is compiled too
+			// (rootfs.Language.Sources).
 			name = fmt.Sprintf("file%d.code", i)
-			if main < 0 && enc == "utf8" {
+			switch {
+			case main < 0 && enc == "utf8":
 				name = lang.Source
+			case enc == "utf8" && pistonNames[lang.Name].Runtime == "gcc":
+				name += path.Ext(lang.Source)
 			}
 		}
 		clean, err := workPath(name)
@@ -265,10 +280,43 @@ func pistonPlace(files []pistonFile, lang Language) (placed []api.File, script s
 		}
 		placed = append(placed, api.File{Path: clean, Data: data, Mode: 0o644})
 	}
-	if main < 0 {
+	if !anyUTF8 {
 		return nil, "", badf("files must include at least one utf8 encoded file")
 	}
 	return placed, script, nil
+}
+
+// singleFile runs a job of one source file as Piston does where its
+// package runs the file as it is (pistonName.SingleFile): the language's
+// program, the options, the file (renamed with the language's extension
+// appended if it lacks it, as Piston's java package does), with no
+// compile stage. Other files
+// (data) may be there; a second source file is compiled as the catalogue
+// says, since the file run as it is would not see it.
+func (j *pistonJob) singleFile() {
+	opts := pistonNames[j.rt.lang.Name].SingleFile
+	if opts == nil {
+		return
+	}
+	for _, f := range j.req.Files {
+		if f.Path != j.req.Script && slices.Contains(j.rt.lang.Sources, path.Ext(f.Path)) {
+			return
+		}
+	}
+	file := j.req.Script
+	if !slices.Contains(j.rt.lang.Sources, path.Ext(file)) {
+		file += path.Ext(j.rt.lang.Source) // Piston's mv $1 $1.java: the launcher reads FILE.java only
+		if slices.ContainsFunc(j.req.Files, func(f api.File) bool { return f.Path == file }) {
+			return
+		}
+		for i := range j.req.Files {
+			if j.req.Files[i].Path == j.req.Script {
+				j.req.Files[i].Path = file
+			}
+		}
+	}
+	j.req.Command = append(append([]string{j.rt.lang.Run[0]}, opts...), "/work/"+file)
+	j.req.Script, j.compiled = "", false
 }
 
 // pistonStdin reads stdin (absent or null: none) and ends it in a
@@ -381,14 +429,29 @@ func falsy(raw json.RawMessage) bool {
 	return false
 }
 
+// pistonJSON is Piston's router-wide check (api/src/api/v2.js): a request
+// other than GET, HEAD and OPTIONS whose Content-Type does not start with
+// application/json (text/plain, none, a form) is refused with 415 and
+// Piston's words, before its body is read. It reports whether r may go on.
+func pistonJSON(w http.ResponseWriter, r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
+	}
+	if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+		pistonError(w, http.StatusUnsupportedMediaType, "requests must be of type application/json")
+		return false
+	}
+	return true
+}
+
 func (h *Handler) pistonExecute(w http.ResponseWriter, r *http.Request) {
+	if !pistonJSON(w, r) {
+		return
+	}
 	body, err := h.readBody(w, r)
 	if err != nil {
-		msg := err.Error()
-		if errors.Is(err, errContentType) {
-			msg = "requests must be of type application/json" // Piston's words
-		}
-		pistonError(w, bodyStatus(err), msg)
+		pistonError(w, bodyStatus(err), err.Error())
 		return
 	}
 	job, err := h.pistonParse(body)
@@ -450,7 +513,7 @@ type pistonResult struct {
 // "backward compatibility when the run stage is not started").
 func pistonResultOf(job *pistonJob, res api.Result, tr *transcript) pistonResult {
 	out := pistonResult{Language: job.rt.Language, Version: job.rt.Version}
-	if job.rt.lang.Compiled() {
+	if job.compiled {
 		if res.Compile == nil || res.CompileFailed {
 			c := pistonStageOf(res.Phase, tr.phase(true))
 			out.Compile, out.Run = &c, &c
@@ -470,7 +533,7 @@ func pistonResultOf(job *pistonJob, res api.Result, tr *transcript) pistonResult
 // stderr over the cap), XX (an internal error); null when it ran fine.
 // code is null when a signal ended the program.
 func pistonStageOf(p api.Phase, output string) pistonStage {
-	s := pistonStage{Stdout: p.Stdout, Stderr: p.Stderr, Output: output,
+	s := pistonStage{Stdout: pistonCut(p.Stdout, p.StdoutTruncated), Stderr: pistonCut(p.Stderr, p.StderrTruncated), Output: output,
 		CPUTime: p.CPUTimeMS, WallTime: p.ExecutionTimeMS, Memory: p.MemoryPeakBytes}
 	str := func(v string) *string { return &v }
 	code := p.ExitCode
@@ -486,9 +549,16 @@ func pistonStageOf(p api.Phase, output string) pistonStage {
 			status, msg = "RE", fmt.Sprintf("Exited with error status %d", code)
 		}
 	case api.StatusTimeout:
-		status = "TO"
+		// isolate's words (check_timeout), which Piston passes on and its
+		// users compare: the CPU-time limit's message is sandcell's
+		// "CPU-time limit of ..." (oci/verdict.go), the rest wall-clock.
+		status, msg = "TO", "Time limit exceeded (wall clock)"
+		if strings.HasPrefix(p.Message, "CPU-time") {
+			msg = "Time limit exceeded"
+		}
 	case api.StatusMemoryLimit:
-		status = "SG"
+		// The cgroup's OOM kill: isolate sees SIGKILL.
+		status, msg = "SG", fmt.Sprintf("Caught fatal signal %d", unix.SIGKILL)
 	case api.StatusOutputLimit:
 		status, msg = "OL", "stdout length exceeded"
 		if p.StderrTruncated && !p.StdoutTruncated {
@@ -511,6 +581,21 @@ func pistonStageOf(p api.Phase, output string) pistonStage {
 		s.Code = &code
 	}
 	return s
+}
+
+// truncatedNote is the line sandcell appends to a stream cut at its cap
+// (oci.Output.Text).
+var truncatedNote = regexp.MustCompile(`\n\[sandcell: output truncated at [0-9]+ bytes\]$`)
+
+// pistonCut is a stream's text as Piston gives it: one cut at the cap
+// ends with what was kept, without sandcell's note (job.js drops the
+// chunk that would pass output_max_size and says so only in status and
+// message, OL or EL).
+func pistonCut(text string, truncated bool) string {
+	if !truncated {
+		return text
+	}
+	return truncatedNote.ReplaceAllString(text, "")
 }
 
 // jsonString is raw as a string, if it is one.

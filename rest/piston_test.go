@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/rootfs"
 )
 
 func TestSemVer(t *testing.T) {
@@ -145,7 +146,8 @@ func TestPistonExecuteDocsExample(t *testing.T) {
 }
 
 // TestPistonStages: each verdict as Piston reports it (job.js safe_call
-// over isolate's meta file): status, code, signal, message.
+// over isolate's meta file): status, code, signal, message (isolate's
+// words for a time limit and an OOM kill).
 func TestPistonStages(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -158,10 +160,11 @@ func TestPistonStages(t *testing.T) {
 		{"ok", api.Phase{Status: api.StatusOK}, nil, 0.0, nil, nil},
 		{"non-zero exit", api.Phase{Status: api.StatusError, ExitCode: 3}, "RE", 3.0, nil, "Exited with error status 3"},
 		{"signal", api.Phase{Status: api.StatusError, ExitCode: 139, Signal: "SIGSEGV"}, "SG", nil, "SIGSEGV", "Caught fatal signal 11"},
-		{"timeout", api.Phase{Status: api.StatusTimeout, ExitCode: 137, Signal: "SIGKILL", Message: "wall-clock limit of 3s reached"}, "TO", nil, "SIGKILL", "wall-clock limit of 3s reached"},
+		{"timeout", api.Phase{Status: api.StatusTimeout, ExitCode: 137, Signal: "SIGKILL", Message: "wall-clock limit of 3s reached; the run was killed"}, "TO", nil, "SIGKILL", "Time limit exceeded (wall clock)"},
+		{"cpu time", api.Phase{Status: api.StatusTimeout, ExitCode: 137, Signal: "SIGKILL", Message: "CPU-time limit of 1s reached; the run was killed"}, "TO", nil, "SIGKILL", "Time limit exceeded"},
 		{"stdout cap", api.Phase{Status: api.StatusOutputLimit, StdoutTruncated: true}, "OL", nil, "SIGKILL", "stdout length exceeded"},
 		{"stderr cap", api.Phase{Status: api.StatusOutputLimit, StderrTruncated: true}, "EL", nil, "SIGKILL", "stderr length exceeded"},
-		{"memory", api.Phase{Status: api.StatusMemoryLimit, Message: "memory limit of 256 MiB reached"}, "SG", nil, "SIGKILL", "memory limit of 256 MiB reached"},
+		{"memory", api.Phase{Status: api.StatusMemoryLimit, Message: "memory limit of 256 MiB reached"}, "SG", nil, "SIGKILL", "Caught fatal signal 9"},
 		{"internal", api.Phase{Status: api.StatusInternalError, ExitCode: -1, Message: "runc failed"}, "XX", nil, nil, "runc failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -238,7 +241,7 @@ func TestPistonBadInput(t *testing.T) {
 		{"unknown version", `{"language":"python","version":"2.x","files":[{"content":"x"}]}`, nil, 400, "python-2.x runtime is unknown"},
 		{"not a version range", `{"language":"python","version":"latest","files":[{"content":"x"}]}`, nil, 400, "python-latest runtime is unknown"},
 		{"no utf8 file", `{"language":"python","version":"*","files":[{"content":"eA==","encoding":"base64"}]}`, nil, 400, "at least one utf8"},
-		{"unknown encoding", `{"language":"python","version":"*","files":[{"content":"x","encoding":"rot13"}]}`, nil, 400, "encoding must be one of"},
+		{"unknown encoding only", `{"language":"python","version":"*","files":[{"content":"x","encoding":"rot13"}]}`, nil, 400, "files must include at least one utf8 encoded file"},
 		{"hostile base64", `{"language":"python","version":"*","files":[{"content":"x"},{"content":"ZXZpbA==<script>","encoding":"base64"}]}`, nil, 400, "not valid base64"},
 		{"odd hex", `{"language":"python","version":"*","files":[{"content":"x"},{"content":"abc","encoding":"hex"}]}`, nil, 400, "not valid hex"},
 		{"oversized source", `{"language":"python","version":"*","files":[{"content":"` + big + `"}]}`, nil, 400, "bytes in all"},
@@ -274,15 +277,14 @@ func TestPistonBadInput(t *testing.T) {
 
 // TestPistonFiles: base64 and hex contents are decoded (Ruby-style line
 // breaks and URL-safe base64 too), every file is in /work under its name,
-// the first utf8 file is the program, text/plain bodies are taken (the npm
-// piston-client sends them).
+// the first utf8 file is the program.
 func TestPistonFiles(t *testing.T) {
 	ts, fe, _ := newTestServer(t, nil)
 	data := []byte("\x00\xff binary \xfe")
 	b64 := base64.StdEncoding.EncodeToString(data)
 	body := fmt.Sprintf(`{"language":"python","version":"3","files":[{"name":"blob.bin","content":%q,"encoding":"base64"},`+
 		`{"name":"app/run.py","content":"print(2)"},{"content":"6869","encoding":"hex"},{"content":"x = 1"}]}`, b64[:8]+"\n"+b64[8:])
-	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", body, map[string]string{"Content-Type": "text/plain;charset=UTF-8"})
+	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", body, nil)
 	if status != 200 {
 		t.Fatalf("HTTP %d %v", status, v)
 	}
@@ -339,7 +341,9 @@ func TestGuardShapes(t *testing.T) {
 		{"GET", "/api/v2/runtimes", "", map[string]string{"X-Auth-Token": "tok"}, 401, "message"},
 		{"GET", "/api/v2/nope", "", map[string]string{"Authorization": "Bearer tok"}, 404, "message"},
 		{"GET", "/nope", "", map[string]string{"Authorization": "Bearer tok"}, 404, "error"},
-		{"DELETE", "/api/v2/execute", "", map[string]string{"Authorization": "Bearer tok"}, 405, "message"},
+		{"DELETE", "/api/v2/execute", "", map[string]string{"Authorization": "Bearer tok", "Content-Type": "application/json"}, 404, "message"}, // Piston's Not Found
+		{"GET", "/api/v2/packages", "", map[string]string{"Authorization": "Bearer tok"}, 404, "message"},
+		{"DELETE", "/api/v2/execute", "", map[string]string{"Authorization": "Bearer tok"}, 415, "message"}, // Piston's router: JSON first
 	} {
 		status, hdr, v := do(t, tc.method, ts.URL+tc.path, tc.body, tc.hdr)
 		if status != tc.status {
@@ -357,5 +361,170 @@ func TestGuardShapes(t *testing.T) {
 	}
 	if fe.count() != 0 {
 		t.Errorf("refused requests reached the executor %d times", fe.count())
+	}
+}
+
+// pistonLanguages serves these catalogue languages as built (Debian
+// versions like this host's), besides testLanguages' own.
+func pistonLanguages(t *testing.T, more map[string]string) func(*Options) {
+	return func(o *Options) {
+		base, _ := testLanguages(t)()
+		for name, deb := range more {
+			l, err := rootfs.Lookup(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base = append(base, Language{Language: l, Package: deb, Version: SemVer(deb)})
+		}
+		o.Languages = func() ([]Language, error) { return base, nil }
+	}
+}
+
+// TestPistonShIsBash: Piston's bash runtime lists the alias sh
+// (packages/bash/5.2.0/metadata.json) and {"language":"sh"} runs bash,
+// never sandcell's busybox sh, which Piston lists as busybox.
+func TestPistonShIsBash(t *testing.T) {
+	ts, fe, _ := newTestServer(t, pistonLanguages(t, map[string]string{"sh": "1:1.35.0-4+b3"}))
+	_, _, v := do(t, "GET", ts.URL+"/api/v2/runtimes", "", nil)
+	got := map[string][]any{}
+	for _, e := range v.([]any) {
+		m := obj(t, e)
+		got[m["language"].(string)] = m["aliases"].([]any)
+	}
+	if fmt.Sprint(got["bash"]) != "[sh]" || got["sh"] != nil || fmt.Sprint(got["busybox"]) != "[ash]" {
+		t.Errorf("runtimes: bash %v, sh %v, busybox %v; want bash [sh], no sh, busybox [ash]", got["bash"], got["sh"], got["busybox"])
+	}
+	for _, version := range []string{"*", "5.x"} {
+		status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"sh","version":"`+version+`","files":[{"content":"echo $BASH_VERSION"}]}`, nil)
+		if req := fe.last(t); status != 200 || req.Language != "bash" || obj(t, v)["language"] != "bash" {
+			t.Errorf("sh %s: HTTP %d %v, ran %q; want bash", version, status, v, req.Language)
+		}
+	}
+	if status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"busybox","version":"*","files":[{"content":"echo"}]}`, nil); status != 200 || fe.last(t).Language != "sh" {
+		t.Errorf("busybox: HTTP %d %v, ran %q; want sandcell's sh", status, v, fe.last(t).Language)
+	}
+}
+
+// TestPistonContentType: Piston's router answers a POST whose
+// Content-Type does not start with application/json with 415 and its own
+// message (api/src/api/v2.js), text/plain and no Content-Type included.
+func TestPistonContentType(t *testing.T) {
+	ts, fe, _ := newTestServer(t, nil)
+	body := `{"language":"python","version":"*","files":[{"content":"print(1)"}]}`
+	for _, ct := range []string{"text/plain;charset=UTF-8", "text/plain", "", "application/x-www-form-urlencoded", "Application/JSON"} {
+		hdr := map[string]string{"Content-Type": ct}
+		status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", body, hdr)
+		if m, _ := v.(map[string]any); status != 415 || len(m) != 1 || m["message"] != "requests must be of type application/json" {
+			t.Errorf("Content-Type %q: HTTP %d %v, want 415 {message: requests must be of type application/json}", ct, status, v)
+		}
+	}
+	if fe.count() != 0 {
+		t.Errorf("refused requests reached the executor %d times", fe.count())
+	}
+	for _, ct := range []string{"application/json", "application/json; charset=utf-8"} {
+		if status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", body, map[string]string{"Content-Type": ct}); status != 200 {
+			t.Errorf("Content-Type %q: HTTP %d %v, want 200", ct, status, v)
+		}
+	}
+}
+
+// TestPistonTruncated: output past the cap is cut where Piston drops the
+// chunk: no sandcell note is appended in the Piston API (job.js keeps
+// what fitted, status OL or EL).
+func TestPistonTruncated(t *testing.T) {
+	ts, fe, _ := newTestServer(t, nil)
+	fe.run = func(_ context.Context, req executor.Request) api.Result {
+		req.Output("stdout", "aaaa")
+		req.Output("stderr", "bb")
+		return api.Result{Phase: api.Phase{Status: api.StatusOutputLimit, ExitCode: 137, Signal: "SIGKILL", StdoutTruncated: true,
+			Stdout: "aaaa\n[sandcell: output truncated at 4 bytes]", Stderr: "bb"}}
+	}
+	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"python","version":"*","files":[{"content":"print(1)"}]}`, nil)
+	run := obj(t, obj(t, v)["run"])
+	if status != 200 || run["stdout"] != "aaaa" || run["stderr"] != "bb" || run["output"] != "aaaabb" || run["status"] != "OL" {
+		t.Errorf("HTTP %d run %v, want stdout aaaa (no note), status OL", status, run)
+	}
+}
+
+// TestPistonMultiFileC: every utf8 file of a gcc language is compiled on
+// Piston (its compile script renames each with the extension appended):
+// an unnamed one is named with the extension, so that the executor passes
+// it to the compiler (rootfs.Language.Sources); named ones keep their
+// names.
+func TestPistonMultiFileC(t *testing.T) {
+	ts, fe, _ := newTestServer(t, nil)
+	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"c++","version":"*","files":[{"content":"int main(){}"},{"content":"int f(){return 1;}"},{"name":"g.cpp","content":"int g();"},{"name":"g.h","content":"int g();"}]}`, nil)
+	if status != 200 {
+		t.Fatalf("HTTP %d %v", status, v)
+	}
+	var names []string
+	for _, f := range fe.last(t).Files {
+		names = append(names, f.Path)
+	}
+	if want := []string{"main.cpp", "file1.code.cpp", "g.cpp", "g.h"}; !slices.Equal(names, want) {
+		t.Errorf("files %q, want %q", names, want)
+	}
+	if _, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"python","version":"*","files":[{"content":"1"},{"content":"2"}]}`, nil); fe.last(t).Files[1].Path != "file1.code" {
+		t.Errorf("python's second unnamed file: %q %v, want file1.code (Piston's name)", fe.last(t).Files[1].Path, v)
+	}
+}
+
+// TestPistonJavaLauncher: Piston's java package runs `java FILE.java`, the
+// single-file source launcher, and has no compile stage
+// (packages/java/15.0.2/run): a job of one java source runs so, whatever
+// its public class is named (Piston's own test.java holds public class
+// HelloWorld) or whether it is named at all (class Solution); the
+// launcher's java is the catalogue's. A job of several java sources is
+// compiled with javac (the launcher would not see the other files).
+func TestPistonJavaLauncher(t *testing.T) {
+	ts, fe, _ := newTestServer(t, pistonLanguages(t, map[string]string{"java": "17.0.13+11-2~deb12u1"}))
+	fe.run = func(_ context.Context, req executor.Request) api.Result {
+		req.Output("stdout", "OK\n")
+		return api.Result{Phase: api.Phase{Status: api.StatusOK, Stdout: "OK\n"}}
+	}
+	java := pistonLookup(t, "java")
+	for _, tc := range []struct{ files, file string }{
+		{`[{"name":"test.java","content":"public class HelloWorld { public static void main(String[] a) { System.out.println(\"OK\"); } }"}]`, "/work/test.java"},
+		{`[{"content":"class Solution { public static void main(String[] a) { System.out.println(\"OK\"); } }"},{"name":"in.txt","content":"data"}]`, "/work/Main.java"},
+		{`[{"name":"prog","content":"class P { public static void main(String[] a) { System.out.println(\"OK\"); } }"}]`, "/work/prog.java"},
+	} {
+		status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"java","version":"*","args":["x"],"files":`+tc.files+`}`, nil)
+		m := obj(t, v)
+		req := fe.last(t)
+		if status != 200 || m["compile"] != nil || obj(t, m["run"])["stdout"] != "OK\n" {
+			t.Errorf("%s: HTTP %d %v, want a run stage only", tc.file, status, v)
+		}
+		placed := slices.ContainsFunc(req.Files, func(f api.File) bool { return "/work/"+f.Path == tc.file })
+		if len(req.Command) < 2 || req.Command[0] != java.Run[0] || req.Command[len(req.Command)-1] != tc.file || !placed || !slices.Equal(req.Args, []string{"x"}) || req.Script != "" {
+			t.Errorf("%s: command %q args %q script %q, want %s ... %s and the args", tc.file, req.Command, req.Args, req.Script, java.Run[0], tc.file)
+		}
+	}
+	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"java","version":"*","files":[{"name":"Main.java","content":"class Main {}"},{"name":"Helper.java","content":"class Helper {}"}]}`, nil)
+	if req := fe.last(t); status != 200 || req.Command != nil || req.Script != "Main.java" || obj(t, v)["compile"] == nil {
+		t.Errorf("two java files: HTTP %d %v, command %q script %q; want javac's compile stage", status, v, req.Command, req.Script)
+	}
+}
+
+func pistonLookup(t *testing.T, name string) rootfs.Language {
+	t.Helper()
+	l, err := rootfs.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestPistonUnknownEncoding: Piston's Job takes an encoding it does not
+// know as utf8 (job.js), so such a file is a utf8 file, the program if it
+// comes first; get_job only wants one file that says utf8 (or nothing).
+func TestPistonUnknownEncoding(t *testing.T) {
+	ts, fe, _ := newTestServer(t, nil)
+	status, _, v := do(t, "POST", ts.URL+"/api/v2/execute", `{"language":"python","version":"*","files":[{"content":"print(2)","encoding":"latin1"},{"name":"d.txt","content":"abc","encoding":5},{"content":"x"}]}`, nil)
+	if status != 200 {
+		t.Fatalf("HTTP %d %v", status, v)
+	}
+	req := fe.last(t)
+	if req.Script != "main.py" || string(req.Files[0].Data) != "print(2)" || req.Files[1].Path != "d.txt" || string(req.Files[1].Data) != "abc" {
+		t.Errorf("script %q files %+v, want the latin1 file as the program, d.txt as written", req.Script, req.Files)
 	}
 }

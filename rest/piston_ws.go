@@ -188,7 +188,7 @@ func (s *wsSession) run(job *pistonJob) {
 	s.runStop = stop
 	s.mu.Unlock()
 	s.send(map[string]any{"type": "runtime", "language": job.rt.Language, "version": job.rt.Version})
-	compiled := job.rt.lang.Compiled()
+	compiled := job.compiled
 	if compiled {
 		s.send(map[string]any{"type": "stage", "stage": "compile"})
 	} else {

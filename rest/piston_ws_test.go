@@ -205,3 +205,28 @@ func TestStdinQueue(t *testing.T) {
 		t.Error("read after Close: nil error, want EOF")
 	}
 }
+
+// TestPistonConnectJavaSingleFile: a java job of one file over /connect
+// is run as Piston runs it, through the single-file source launcher: its
+// first stage is run, never compile.
+func TestPistonConnectJavaSingleFile(t *testing.T) {
+	ts, fe, _ := newTestServer(t, pistonLanguages(t, map[string]string{"java": "17.0.13+11-2~deb12u1"}))
+	fe.run = func(ctx context.Context, req executor.Request) api.Result {
+		req.Output("stdout", "OK\n")
+		p := api.Phase{Status: api.StatusOK}
+		req.PhaseDone("run", p)
+		return api.Result{Phase: p}
+	}
+	c, ctx := wsDial(t, ts.URL)
+	wsSend(t, ctx, c, `{"type":"init","language":"java","version":"*","files":[{"name":"test.java","content":"public class HelloWorld {}"}]}`)
+	events, code, _ := wsEvents(t, ctx, c)
+	var stages []any
+	for _, e := range events {
+		if e["type"] == "stage" {
+			stages = append(stages, e["stage"])
+		}
+	}
+	if len(stages) != 1 || stages[0] != "run" || code != 4999 || fe.last(t).Command == nil {
+		t.Errorf("stages %v close %d command %q, want only run, 4999 and the launcher", stages, code, fe.last(t).Command)
+	}
+}

@@ -38,6 +38,20 @@ type Language struct {
 	// its own sandbox with CompileLimits; a non-zero exit is a compile
 	// error and Run is not started. Its outputs go to /work.
 	Compile []string `json:"compile,omitempty"`
+	// Sources are the extensions of the files compiled and linked with
+	// the program (".c"; ".cpp", ".cc"...): every file of the request
+	// with one of them, in the program's directory, is passed to Compile
+	// right after the program, in the request's order, as Piston's gcc
+	// package compiles *.cpp. Headers have other extensions: they are
+	// included, never compiled. Empty: Compile gets the program alone
+	// (the compiler finds the rest itself: tsc, rustc).
+	Sources []string `json:"sources,omitempty"`
+	// MainClass: Run names the program's class, the stem of Source
+	// (Java's Main). The class of the program that declares main is run
+	// instead, whatever its name (class Solution), and a public class
+	// names the source file (public class HelloWorld in HelloWorld.java,
+	// as javac wants it); see executor's mainClass.
+	MainClass bool `json:"main_class,omitempty"`
 	// Run is the argv that runs the program, e.g.
 	// ["/usr/bin/python3", "-B", "/work/main.py"].
 	Run []string `json:"run"`
@@ -252,6 +266,17 @@ func (l Language) check() error {
 		return fmt.Errorf("extends %q: not a language name", l.Extends)
 	case !l.Compiled() && !l.CompileLimits.IsZero():
 		return fmt.Errorf("compile_limits without compile")
+	case !l.Compiled() && len(l.Sources) > 0:
+		return fmt.Errorf("sources without compile")
+	case l.MainClass && !l.Compiled():
+		return fmt.Errorf("main_class without compile")
+	case len(l.Sources) > 0 && !slices.Contains(l.Sources, path.Ext(l.Source)):
+		return fmt.Errorf("sources %q lack the extension of source %q", l.Sources, l.Source)
+	}
+	for _, ext := range l.Sources {
+		if len(ext) < 2 || ext[0] != '.' || strings.ContainsAny(ext[1:], "./") {
+			return fmt.Errorf("source extension %q must be a dot and a name", ext)
+		}
 	}
 	for _, a := range l.Aliases {
 		if strings.TrimSpace(a) == "" || a != strings.ToLower(a) {
@@ -356,6 +381,7 @@ func (l Language) clone() Language {
 	l.Aliases = slices.Clone(l.Aliases)
 	l.Packages = slices.Clone(l.Packages)
 	l.Compile = slices.Clone(l.Compile)
+	l.Sources = slices.Clone(l.Sources)
 	l.Run = slices.Clone(l.Run)
 	l.Version = slices.Clone(l.Version)
 	l.Env = slices.Clone(l.Env)

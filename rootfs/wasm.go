@@ -88,7 +88,7 @@ func (l Language) WasmVariant() (Language, error) {
 		v = parent.clone()
 	}
 	v.Aliases, v.Wasm = nil, nil
-	v.Source, v.Version = l.Source, slices.Clone(l.Version)
+	v.Source, v.Sources, v.Version = l.Source, slices.Clone(l.Sources), slices.Clone(l.Version)
 	v.Compile, v.Run, v.Env = slices.Clone(w.Compile), slices.Clone(w.Run), slices.Clone(w.Env)
 	v.Limits, v.CompileLimits = w.Limits, w.CompileLimits
 	return v, nil

@@ -115,8 +115,8 @@ func runCgroups(parent string) []string {
 
 // TestInstancesSideBySide (issue #17): sandcell processes on one host,
 // each with its own state dir, one cgroup parent (one of them under a
-// nested parent), never touch each other's runs; a kill -9 of one leaves
-// leftovers that the next start of any of them removes. Before the fix a
+// nested parent), never touch each other's runs; a kill -9 of one removes
+// its own instance (its reaper) and nothing of the others. Before the fix a
 // CLI run with another state dir killed a running server's sandbox (exit
 // 137): recovery took every cgroup it did not know for a dead one's.
 func TestInstancesSideBySide(t *testing.T) {
@@ -143,15 +143,21 @@ func TestInstancesSideBySide(t *testing.T) {
 		t.Errorf("after B's runs, the parent's run cgroups are %v, want C's %s only", got, cRun)
 	}
 
-	// kill -9 of C while A runs: C's sleep, cgroup and /work mount are
-	// left behind, and the next start of B (another state dir) removes
-	// them, and nothing of A.
+	// kill -9 of C while A runs: C's sleep, cgroup, /work mount and state
+	// go with it (its instance's reaper), before any new start, and
+	// nothing of A; the next start of B (another state dir) finds nothing
+	// of C left. Before the reaper, they stayed until B's start removed
+	// them.
 	if err := c.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	c.Wait()
-	if len(runCgroups(h.parent)) != 1 || len(workMounts(t, stateC)) != 1 {
-		t.Fatalf("after kill -9, C left cgroups %v and mounts %v; the test expects one cgroup and one run's /work", runCgroups(h.parent), testutil.MountsBelow(t, stateC))
+	testutil.WaitFor(t, 5*time.Second, "C's instance removed by its reaper", func() bool {
+		ents, _ := os.ReadDir(stateC)
+		return len(runCgroups(h.parent)) == 0 && len(testutil.MountsBelow(t, stateC)) == 0 && len(ents) == 0
+	})
+	if got := runCgroups(h.parent + "/nested"); len(got) != 1 {
+		t.Errorf("A's run cgroup after C's crash: %v, want its one run", got)
 	}
 	if code, out, errOut := h.cli(append(h.global(stateB, h.parent), "run", "--lang", "sh", "--code", "echo B")...); code != 0 || out != "B\n" {
 		t.Fatalf("CLI run after C's crash: exit %d, stdout %q, stderr %q", code, out, errOut)

@@ -201,7 +201,11 @@ func (r *run) startFill(req *oci.Request, uid, gid uint32, cgroups bool) (*fillH
 		return fail(fmt.Errorf("%w: %w", oci.ErrRuntime, err))
 	}
 	os.Remove(h.stderr.Name())
-	cmd := exec.Command("/proc/self/exe", fillArg, strconv.Itoa(int(uid)), strconv.Itoa(int(gid)), tree)
+	exe, err := helperExe()
+	if err != nil {
+		return fail(err)
+	}
+	cmd := exec.Command(exe, fillArg, strconv.Itoa(int(uid)), strconv.Itoa(int(gid)), tree)
 	cmd.Args[0] = "sandcell-fill"
 	cmd.ExtraFiles = files
 	cmd.Stderr = h.stderr

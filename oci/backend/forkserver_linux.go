@@ -178,8 +178,15 @@ func (f *forkServer) spawn() error {
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "zygote"), os.NewFile(uintptr(fds[1]), "zygote")
 	defer theirs.Close()
+	// From the sealed copy: every run is cloned from the zygote, so its
+	// /proc/self/exe is the zygote's (CVE-2019-5736, helperExe).
+	exe, err := helperExe()
+	if err != nil {
+		ours.Close()
+		return fmt.Errorf("%w: start the fork server: %w", oci.ErrRuntime, err)
+	}
 	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
+		Path:       exe,
 		Args:       []string{"sandcell-zygote"},
 		Env:        []string{zygote.EnvVar + "=3"},
 		ExtraFiles: []*os.File{theirs},
@@ -343,7 +350,11 @@ func captureSeccomp(cfg *configs.Seccomp) (uint32, []byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "/proc/self/exe", seccompBPFArg)
+	exe, err := helperExe()
+	if err != nil {
+		return 0, nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, seccompBPFArg)
 	cmd.Args[0] = "sandcell-seccomp-bpf"
 	cmd.Stdin = bytes.NewReader(in)
 	var stderr bytes.Buffer

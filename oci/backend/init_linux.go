@@ -29,6 +29,8 @@ func Init() {
 		gvHold()
 	case seccompBPFArg:
 		seccompCaptureMain()
+	case reaperArg:
+		reaperMain()
 	}
 }
 

@@ -76,6 +76,7 @@ type Libcontainer struct {
 	live map[string]oci.Container
 
 	fork    *forkServer // nil: every init is libcontainer's
+	reaper  *reaper     // nil: none could be started (reaper_linux.go)
 	stateFS bool        // dir is a tmpfs of its own (statefs_linux.go)
 
 	drvMu sync.Mutex // kernel driver directories being written (driverDir)
@@ -159,6 +160,9 @@ func NewLibcontainer(cfg LibcontainerConfig) (*Libcontainer, error) {
 	if cfg.ForkServer {
 		r.fork = newForkServer(r.log, cfg.Seccomp)
 	}
+	if r.reaper, err = r.startReaper(); err != nil {
+		r.log.Warn("no reaper: a crash of this server leaves its instance to the next start's cleanup", "err", err)
+	}
 	return r, nil
 }
 
@@ -204,6 +208,7 @@ func (r *Libcontainer) Close() error {
 	r.fork.close()
 	err := r.removeDir()
 	r.lock.Close()
+	r.reaper.close()
 	return err
 }
 

@@ -20,6 +20,9 @@ func init() {
 	if pid := os.Getenv(filterOfEnv); pid != "" {
 		printFilterOf(pid)
 	}
+	if os.Getenv(selfExeEnv) != "" {
+		printSelfExe()
+	}
 }
 
 // layerStores are the stores layerRoot used, one per directory: a Store

@@ -141,8 +141,7 @@ func (r *run) capture() {
 		}
 		return func(text string) { r.onOutput(stream, text) }
 	}
-	r.stdout = oci.StartCapture(r.outR, r.limits.OutputBytes, over, emit("stdout"))
-	r.stderr = oci.StartCapture(r.errR, r.limits.OutputBytes, over, emit("stderr"))
+	r.stdout, r.stderr = oci.StartCaptures(r.outR, r.errR, r.limits.OutputBytes, over, emit("stdout"), emit("stderr"))
 	r.outR, r.errR = nil, nil
 }
 

@@ -260,6 +260,11 @@ func (g *Runsc) prepare(ctx context.Context, req *oci.Request, ahead bool) (_ *g
 		}
 	}
 
+	// The holder, from the sealed copy (CVE-2019-5736, helperExe).
+	exe, err := helperExe()
+	if err != nil {
+		return nil, err
+	}
 	holdR, holdW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
@@ -287,7 +292,7 @@ func (g *Runsc) prepare(ctx context.Context, req *oci.Request, ahead bool) (_ *g
 		defer readyW.Close()
 		args = append([]string{gvHoldArg, g.path, id, bundle, filepath.Join(run.runDir, "runsc.pid")}, flags...)
 	}
-	cmd := exec.Command("/proc/self/exe", args...)
+	cmd := exec.Command(exe, args...)
 	cmd.Args[0] = "sandcell-runsc"
 	cmd.Stdout = run.outW
 	cmd.Stderr = run.errW

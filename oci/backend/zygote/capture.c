@@ -28,10 +28,8 @@
 #include "zygote.h"
 
 #if defined(__x86_64__)
-#define SCZ_AUDIT_ARCH AUDIT_ARCH_X86_64
 #define ARG(uc, i) ((uc)->uc_mcontext.gregs[(i) == 0 ? REG_RDI : (i) == 1 ? REG_RSI : REG_RDX])
 #elif defined(__aarch64__)
-#define SCZ_AUDIT_ARCH AUDIT_ARCH_AARCH64
 #define ARG(uc, i) ((uc)->uc_mcontext.regs[(i)])
 #endif
 

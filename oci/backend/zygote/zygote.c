@@ -36,6 +36,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1429,6 +1430,70 @@ static void close_fds(const int *fds, int nfds)
 }
 
 /* ------------------------------------------------------------------ */
+/* The zygote's own capabilities                                         */
+
+/* What this defends against: a compromised or misled zygote (its one peer
+ * is sandcell, see "If it were compromised" in SECURITY.md) used to hold
+ * every capability of host root: loading a kernel module, kexec, raw I/O,
+ * ptrace of any host process, mounting over the host. It needs few: the
+ * uid and gid maps it writes from outside (CAP_SETUID, CAP_SETGID in the
+ * parent user namespace, user_namespaces(7)) and the run's oom_score_adj
+ * (CAP_SYS_RESOURCE: written as runc's parent writes it, with the
+ * capability, so the run's oom_score_adj_min stays as under libcontainer);
+ * in a rootless server's user namespace, where the run maps its root to
+ * that namespace's id 0, also CAP_SETFCAP (the kernel's verify_root_map
+ * wants it for a map of id 0, since Linux 5.12), a capability over that
+ * namespace only.
+ * Everything else it does needs none: a clone3 with CLONE_NEWUSER gives
+ * the child every capability (and a full bounding set) in its new user
+ * namespace, whose owner the zygote is; the other namespaces are owned by
+ * it; CLONE_INTO_CGROUP and the pidfd signals rest on file ownership and
+ * on that ownership of the run's user namespace. The bounding set goes too
+ * (a zygote never execs, and no_new_privs already stops a gain by exec),
+ * then the permitted, effective, inheritable and ambient sets. Without
+ * CAP_SETPCAP (sandcell started with a reduced set) the bounding set is
+ * left as it is; the other sets always shrink. keep is a mask of CAP_*
+ * bits; -1 if the sets could not be cut. */
+#define CAPBIT(c) (1ULL << (c))
+#define ZYGOTE_CAPS (CAPBIT(CAP_SETUID) | CAPBIT(CAP_SETGID) | CAPBIT(CAP_SYS_RESOURCE))
+
+/* in_initial_userns says whether this process's user namespace is the
+ * host's (its uid_map maps every id to itself). */
+static int in_initial_userns(void)
+{
+	char buf[64];
+	unsigned long inner, outer, count;
+	if (read_file("/proc/self/uid_map", buf, sizeof(buf)) < 0)
+		return 1;
+	return sscanf(buf, "%lu %lu %lu", &inner, &outer, &count) == 3 && inner == 0 && outer == 0 && count == 4294967295UL;
+}
+
+static int drop_caps(uint64_t keep, int last)
+{
+	for (int c = 0; c <= last && c < 64; c++) {
+		if ((keep & CAPBIT(c)) || prctl(PR_CAPBSET_READ, c, 0, 0, 0) != 1)
+			continue;
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0) {
+			if (errno == EPERM)
+				break; /* no CAP_SETPCAP: the bounding set stays */
+			return -1;
+		}
+	}
+	(void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) < 0)
+		return -1;
+	for (int i = 0; i < 2; i++) {
+		uint32_t k = (uint32_t)(keep >> (32 * i));
+		d[i].effective &= k;
+		d[i].permitted &= k;
+		d[i].inheritable &= k;
+	}
+	return (int)syscall(SYS_capset, &h, d);
+}
+
+/* ------------------------------------------------------------------ */
 /* The keeper: runs end with sandcell                                   */
 
 /* What this defends against: a sandbox outliving the sandcell that started
@@ -1506,6 +1571,49 @@ static int keeper_take(int sock, struct kept *k, int flags)
 	return 1;
 }
 
+/* keeper_seccomp confines the keeper to the calls of its loop: poll,
+ * receiving pidfds, closing them, SIGKILL through them, malloc's memory
+ * calls, usleep and exit. Every other call fails with EPERM (a call
+ * missing here costs a failed realloc, which kills the run it was for,
+ * never a kill of the keeper); another architecture's calling convention
+ * kills it. What it defends against: the keeper is a process of host root
+ * that lives as long as sandcell, holding a pidfd of every run; should a
+ * bug in it (its input is the zygote's, itself sandcell's) ever be
+ * steered, it can do nothing but what it does. Without seccomp in the
+ * kernel (EINVAL) it goes on without; 0 or -1. */
+static int keeper_seccomp(void)
+{
+#ifndef SCZ_AUDIT_ARCH
+	return 0;
+#else
+	static const uint32_t allow[] = {
+#ifdef __NR_poll
+		__NR_poll,
+#endif
+		__NR_ppoll, __NR_recvmsg, __NR_close, __NR_pidfd_send_signal, __NR_brk, __NR_mmap, __NR_munmap, __NR_mremap,
+		__NR_madvise, __NR_clock_nanosleep, __NR_nanosleep, __NR_getrandom, __NR_exit, __NR_exit_group,
+		__NR_rt_sigreturn, __NR_restart_syscall,
+	};
+	enum { N = sizeof(allow) / sizeof(allow[0]) };
+	struct sock_filter f[4 + N + 2];
+	f[0] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+	f[1] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SCZ_AUDIT_ARCH, 1, 0);
+	f[2] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+	f[3] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+	/* Instruction 4+i jumps to the last one (ALLOW) when it matches. */
+	for (int i = 0; i < N; i++)
+		f[4 + i] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, allow[i], (unsigned char)(N - i), 0);
+	f[4 + N] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
+	f[5 + N] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+	struct sock_fprog prog = {.len = (unsigned short)(sizeof(f) / sizeof(f[0])), .filter = f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return -1;
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
+		return errno == EINVAL ? 0 : -1;
+	return 0;
+#endif
+}
+
 static void keeper_loop(int sock, int sandcell) __attribute__((noreturn));
 static void keeper_loop(int sock, int sandcell)
 {
@@ -1526,8 +1634,15 @@ static void keeper_loop(int sock, int sandcell)
 		nofile.rlim_cur = nofile.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &nofile);
 	}
+	/* No capability at all: a SIGKILL of a run needs none, the keeper
+	 * being the owner of the run's user namespace (the zygote's euid
+	 * made it), which gives it every capability there
+	 * (user_namespaces(7)). See drop_caps for what this defends
+	 * against. */
+	if (drop_caps(0, last_cap()) < 0)
+		_exit(1); /* the zygote's hand-overs fail: sandcell starts a new one */
 	struct kept k = {.live = malloc(64 * sizeof(int)), .p = malloc(66 * sizeof(struct pollfd)), .cap = 64};
-	if (!k.live || !k.p)
+	if (!k.live || !k.p || keeper_seccomp() < 0)
 		_exit(1); /* the zygote's hand-overs fail: sandcell starts a new one */
 	int zygote_open = 1;
 	for (;;) {
@@ -1619,6 +1734,8 @@ static void zygote_loop(int sock)
 	prctl(PR_SET_NAME, (unsigned long)"sandcell-zygote", 0, 0, 0);
 	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 	zygote_last_cap = last_cap();
+	if (drop_caps(ZYGOTE_CAPS | (in_initial_userns() ? 0 : CAPBIT(CAP_SETFCAP)), zygote_last_cap) < 0)
+		_exit(1); /* sandcell logs the zygote's end and starts no run on it */
 	memset(all_cpus, 0xff, sizeof(all_cpus));
 	/* malloc's arena is set up here, once, not in every child. */
 	void *volatile warm = malloc(1);

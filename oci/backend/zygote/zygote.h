@@ -9,6 +9,15 @@
 #define SANDCELL_ZYGOTE_H
 
 #include <stdint.h>
+#include <linux/audit.h>
+
+/* The architecture a seccomp program of ours checks first (capture.c, the
+ * keeper's filter in zygote.c); none elsewhere. */
+#if defined(__x86_64__)
+#define SCZ_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SCZ_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
 
 /* The environment variable that makes this binary a zygote: its value is
  * the number of the fd of its SOCK_SEQPACKET socket to sandcell. */
