@@ -1123,8 +1123,9 @@ static void load_seccomp(const struct plan *pl)
 		CHECK(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, pl->seccomp_flags, &prog), "error loading seccomp filter into kernel");
 }
 
-/* child_main sets up the sandbox and execs the program. fds: the
- * request's fds (see struct scz_request). It never returns. */
+/* child_main sets up the sandbox, forks the program (which execs) and
+ * stays its init. fds: the request's fds (see struct scz_request). It
+ * never returns. */
 static void child_main(const struct scz_request *req, int *fds, int nfds, int mapsync)
 {
 	/* Our own fds move out of the way of the program's (0 to 2+nextra),
@@ -1228,6 +1229,21 @@ static void child_main(const struct scz_request *req, int *fds, int nfds, int ma
 		_exit(1);
 	if (recv(child_sync, &c, 1, 0) != 1 || c != SCZ_GO)
 		_exit(1);
+	/* This process stays PID 1 of the run, as its init (runinit.c):
+	 * the program is its child, an ordinary process to which every
+	 * signal it sends itself is delivered (issue #37). The init keeps
+	 * only the sync socket, to hand sandcell the program's wait status. */
+	uint64_t mask;
+	long prog = sc_init_fork(&mask);
+	if (prog < 0) {
+		char msg[128];
+		int n = snprintf(msg, sizeof(msg), "sandcell: start the program under the run's init: clone: %s\n", strerror(-prog));
+		if (n > 0)
+			(void)!write(2, msg, n);
+		_exit(255);
+	}
+	if (prog > 0)
+		sc_init_run(prog, child_sync);
 	/* CVE-2024-21626: nothing but the program's own fds may survive exec. */
 	syscall(SYS_close_range, 3 + req->nextra, ~0U, 0);
 	child_sync = -1;

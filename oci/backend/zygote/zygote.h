@@ -9,6 +9,7 @@
 #define SANDCELL_ZYGOTE_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 /* The environment variable that makes this binary a zygote: its value is
  * the number of the fd of its SOCK_SEQPACKET socket to sandcell. */
@@ -96,6 +97,21 @@ enum scz_plan_key {
 #define SCZ_ERROR 'E' /* followed by a message; the child exits */
 /* and sandcell answers: */
 #define SCZ_GO 'G'    /* exec the program */
+/* and once the program has ended, the run's init (runinit.c) writes: */
+#define SCZ_STATUS 'S' /* followed by the program's wait status, int32 */
+
+/* argv[1] of the run's init started by libcontainer (runinit.c). */
+#define SCZ_INIT_ARG "_sandcell-init"
+
+/* The run's init (runinit.c). sc_init_fork blocks every signal (the old
+ * mask in *old) and forks: the child (0) gets the old mask back and goes
+ * on to exec the program; the parent calls sc_init_run with the child's
+ * pid and the fd that takes its status. A failure is -errno. */
+long sc_init_fork(uint64_t *old);
+void sc_init_run(long prog, int statusfd) __attribute__((noreturn));
+/* The init as code of its own (InitELF): the section's bytes and the
+ * entry point's offset in them. */
+void sc_init_code(const char **start, long *len, long *entry);
 
 /* What the seccomp capture (capture.c) writes to stdout. */
 #define SCZ_BPF_MAGIC 0x46504253u /* "SBPF" */
