@@ -272,9 +272,10 @@ func (r *Libcontainer) prepare(ctx context.Context, req *oci.Request, pre *prest
 	phase(id, "work")
 	run.enforced = oci.Enforced(r.cfg.Cgroups != nil)
 	run.pooled = pre != nil || as.kernel != nil
-	// run.settle stays nil: the program is init of its pid namespace,
-	// and the kernel reports init's death only after every other process
-	// of the namespace is gone (zap_pid_ns_processes). Once init is
+	// run.settle stays nil: the run's init (runinit_linux.go) is PID 1
+	// of its pid namespace and exits when the program does, and the
+	// kernel reports init's death only after every other process of the
+	// namespace is gone (zap_pid_ns_processes). Once init is
 	// reaped, nothing of the run can write to /work.
 	c := &lcContainer{run: run, rt: r, pre: pre}
 	r.register(id, c)

@@ -50,12 +50,17 @@ func programStatus(ws syscall.WaitStatus, status *os.File) syscall.WaitStatus {
 		return ws
 	}
 	return syscall.WaitStatus(int32(le32(buf[1:5])))
-} // initExe is the run's init for runs libcontainer starts (zygote.InitELF)
-// in a sealed memfd: no run can write it (CVE-2019-5736 is the attack on
-// the binary a container's init runs from), and none reaches sandcell's
-// own binary through /proc/1/exe. Made once, on the first such run.
-var initExe = sync.OnceValues(func() (*os.File, error) {
-	code, err := zygote.InitELF()
+} // initCode is the run's init for runs libcontainer starts (zygote.InitELF),
+// made once.
+var initCode = sync.OnceValues(zygote.InitELF)
+
+// initExe is initCode in a sealed memfd of its own for one run (a few
+// system calls: it is a few KiB): no run can write it (CVE-2019-5736
+// rewrote the binary a container's init ran from), and none reaches
+// sandcell's own binary through /proc/1/exe. Nothing is held between
+// runs.
+func initExe() (*os.File, error) {
+	code, err := initCode()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
 	}
@@ -67,28 +72,26 @@ var initExe = sync.OnceValues(func() (*os.File, error) {
 		return nil, fmt.Errorf("%w: memfd for the run's init: %w", oci.ErrRuntime, err)
 	}
 	f := os.NewFile(uintptr(fd), "sandcell-init")
-	if _, err := f.Write(code); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w: memfd for the run's init: %w", oci.ErrRuntime, err)
-	}
-	if err := f.Chmod(0o555); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w: memfd for the run's init: %w", oci.ErrRuntime, err)
-	}
 	const seals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
-	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
+	if _, err = f.Write(code); err == nil {
+		if err = f.Chmod(0o555); err == nil {
+			_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals)
+		}
+	}
+	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%w: seal the run's init: %w", oci.ErrRuntime, err)
+		return nil, fmt.Errorf("%w: memfd for the run's init: %w", oci.ErrRuntime, err)
 	}
 	return f, nil
-})
+}
 
 // underInit makes libcontainer's Process p start the run's init, which
 // forks and execs p's program: its argv becomes
 // /proc/self/fd/EXE zygote.InitArg EXE ARGV... with EXE (initExe) and the write end of the status pipe passed after the
 // program's own extra files (the init closes both in the program). It
 // returns the pipe's read end for programStatus and started, which closes
-// sandcell's copy of the write end once libcontainer has started init.
+// sandcell's copies of the write end and EXE once libcontainer has started
+// init.
 func underInit(p *libcontainer.Process) (status *os.File, started func(), err error) {
 	exe, err := initExe()
 	if err != nil {
@@ -96,6 +99,7 @@ func underInit(p *libcontainer.Process) (status *os.File, started func(), err er
 	}
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		exe.Close()
 		return nil, nil, fmt.Errorf("%w: status pipe of the run's init: %w", oci.ErrRuntime, err)
 	}
 	status = os.NewFile(uintptr(fds[0]), "init status")
@@ -103,7 +107,10 @@ func underInit(p *libcontainer.Process) (status *os.File, started func(), err er
 	first := strconv.Itoa(3 + len(p.ExtraFiles))
 	p.Args = slices.Concat([]string{"/proc/self/fd/" + first, zygote.InitArg, first}, p.Args)
 	p.ExtraFiles = slices.Concat(p.ExtraFiles, []*os.File{exe, w})
-	return status, func() { w.Close() }, nil
+	return status, func() {
+		w.Close()
+		exe.Close()
+	}, nil
 }
 
 // countInit raises spec's process limits (the cgroup's pids.max,
