@@ -9,7 +9,6 @@
 #define SANDCELL_ZYGOTE_H
 
 #include <stdint.h>
-#include <sys/types.h>
 
 /* The environment variable that makes this binary a zygote: its value is
  * the number of the fd of its SOCK_SEQPACKET socket to sandcell. */
