@@ -30,8 +30,8 @@
  * exit_group (all in sandcell's filter).
  *
  * Two ways in:
- *   - The fork server's child calls sc_init_fork and sc_init_run once
- *     set up (zygote.c).
+ *   - The fork server's child clones the program once set up and calls
+ *     sc_init_run (zygote.c).
  *   - A run libcontainer starts execs the init as its program: a tiny
  *     executable that sandcell writes once into a sealed memfd (package
  *     zygote, InitELF) from the code of the "scinit" section of this
@@ -44,7 +44,9 @@
  *     The program is searched in the environment's PATH as execvp does.
  *
  * Everything in the section is therefore written without libc, string
- * literals, jump tables or the stack protector.
+ * literals (its texts are in the section: sc_init_texts), jump tables or
+ * the stack protector; InitELF keeps the section's offset in its page
+ * (arm64's adrp addresses pages).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -96,10 +98,72 @@ SCINLINE long sc_sys6(long n, long a, long b, long c, long d, long e, long f)
 
 #define sc_sys(n, a, b, c, d) sc_sys6((n), (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
 
+/* The texts the init writes, in its own section (no .rodata): records of
+ * a code byte (an errno, or one of SC_T_*) and a NUL-terminated text,
+ * until a 0 byte. strerror's words, lowercase, as the fork server's
+ * child writes them. */
+#define SC_STR(x) #x
+#define SC_XSTR(x) SC_STR(x)
+#define SC_T_EXEC 250
+#define SC_T_CLONE 251
+#define SC_T_PATH 252
+#define SC_T_NAME 253
+#define SC_T_OTHER 254
+#define SC_T_SEP 249
+#define SC_TEXT(code, text) ".byte " SC_XSTR(code) "\n.asciz \"" text "\"\n"
+__asm__(".pushsection scinit,\"ax\",@progbits\n"
+	"sc_init_texts:\n"
+	SC_TEXT(ENOENT, "no such file or directory")
+	SC_TEXT(EACCES, "permission denied")
+	SC_TEXT(ENOEXEC, "exec format error")
+	SC_TEXT(E2BIG, "argument list too long")
+	SC_TEXT(ENOMEM, "cannot allocate memory")
+	SC_TEXT(ETXTBSY, "text file busy")
+	SC_TEXT(ENOTDIR, "not a directory")
+	SC_TEXT(EISDIR, "is a directory")
+	SC_TEXT(ELOOP, "too many levels of symbolic links")
+	SC_TEXT(ENAMETOOLONG, "file name too long")
+	SC_TEXT(EPERM, "operation not permitted")
+	SC_TEXT(EAGAIN, "resource temporarily unavailable")
+	SC_TEXT(EINVAL, "invalid argument")
+	SC_TEXT(SC_T_EXEC, "exec ")
+	SC_TEXT(SC_T_CLONE, "sandcell: start the program under the run's init: clone: ")
+	SC_TEXT(SC_T_PATH, "/bin:/usr/bin")
+	SC_TEXT(SC_T_NAME, "sandcell-init")
+	SC_TEXT(SC_T_OTHER, "cannot run")
+	SC_TEXT(SC_T_SEP, ": ")
+	".byte 0\n"
+	".popsection\n");
+
+/* sc_text is the text of code (SC_T_OTHER's if it has none). The table's
+ * address is taken relative to the code in any case (-fno-pie would make
+ * it absolute, wrong once the section is copied). */
+SCINLINE const char *sc_text(int code)
+{
+	const char *p;
+#if defined(__x86_64__)
+	__asm__("lea sc_init_texts(%%rip), %0" : "=r"(p));
+#elif defined(__aarch64__)
+	__asm__("adr %0, sc_init_texts" : "=r"(p));
+#endif
+	const char *other = 0;
+	while (*p) {
+		int c = (unsigned char)*p++;
+		if (c == code)
+			return p;
+		if (c == SC_T_OTHER)
+			other = p;
+		while (*p)
+			p++;
+		p++;
+	}
+	return other;
+}
+
 /* The kernel's sigset_t: 64 signals. */
 #define KSIGSET 8
 
-SCINIT_EXT long sc_init_fork(uint64_t *old)
+SCINIT static long sc_init_fork(uint64_t *old)
 {
 	uint64_t all = ~(uint64_t)0;
 	long r = sc_sys(SYS_rt_sigprocmask, SIG_SETMASK, &all, old, KSIGSET);
@@ -122,8 +186,7 @@ SCINIT_EXT void sc_init_run(long prog, int statusfd)
 	sc_sys(SYS_close_range, statusfd + 1, ~0U, 0, 0);
 	sc_sys6(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
 	/* Its name in the sandbox's ps (else the zygote's, or "3"). */
-	volatile char name[] = {'s', 'a', 'n', 'd', 'c', 'e', 'l', 'l', '-', 'i', 'n', 'i', 't', 0};
-	sc_sys6(SYS_prctl, PR_SET_NAME, (long)name, 0, 0, 0, 0);
+	sc_sys6(SYS_prctl, PR_SET_NAME, (long)sc_text(SC_T_NAME), 0, 0, 0, 0);
 	uint64_t all = ~(uint64_t)0;
 	for (;;) {
 		siginfo_t si; /* the kernel writes all of it */
@@ -156,11 +219,12 @@ SCINIT_EXT void sc_init_run(long prog, int statusfd)
 	}
 }
 
-/* sc_init_say writes the parts (NULL-terminated) and a newline to fd 2. */
-SCINIT static void sc_init_say(const char *a, const char *b, const char *c)
+/* sc_init_say writes the parts (each NUL-terminated, or NULL) and a
+ * newline to fd 2. */
+SCINIT static void sc_init_say(const char *a, const char *b, const char *c, const char *d)
 {
-	const char *parts[3] = {a, b, c};
-	for (int i = 0; i < 3; i++) {
+	const char *parts[4] = {a, b, c, d};
+	for (int i = 0; i < 4; i++) {
 		long n = 0;
 		while (parts[i] && parts[i][n])
 			n++;
@@ -186,8 +250,7 @@ SCINIT_EXT __attribute__((noreturn)) void sc_init_main(long *sp)
 	uint64_t mask;
 	long prog = sc_init_fork(&mask);
 	if (prog < 0) {
-		volatile char clone[] = {'c', 'l', 'o', 'n', 'e', ' ', 'f', 'a', 'i', 'l', 'e', 'd', 0};
-		sc_init_say((const char *)clone, 0, 0);
+		sc_init_say(sc_text(SC_T_CLONE), sc_text(-prog), 0, 0);
 		sc_sys(SYS_exit_group, 255, 0, 0, 0);
 	}
 	if (prog > 0)
@@ -210,9 +273,8 @@ SCINIT_EXT __attribute__((noreturn)) void sc_init_main(long *sp)
 	if (slash) {
 		err = sc_sys(SYS_execve, name, argv + 3, envp, 0);
 	} else {
-		volatile char defpath[] = {'/', 'b', 'i', 'n', ':', '/', 'u', 's', 'r', '/', 'b', 'i', 'n', 0};
 		if (!path)
-			path = (const char *)defpath;
+			path = sc_text(SC_T_PATH);
 		int denied = 0;
 		for (const char *p = path;;) {
 			char buf[4096];
@@ -242,11 +304,11 @@ SCINIT_EXT __attribute__((noreturn)) void sc_init_main(long *sp)
 		if (err == -ENOENT && denied)
 			err = -EACCES;
 	}
-	volatile char exec[] = {'e', 'x', 'e', 'c', ' ', 0};
-	volatile char notfound[] = {':', ' ', 'n', 'o', 't', ' ', 'f', 'o', 'u', 'n', 'd', 0};
-	volatile char failed[] = {':', ' ', 'c', 'a', 'n', 'n', 'o', 't', ' ', 'r', 'u', 'n', 0};
-	sc_init_say((const char *)exec, name, (const char *)(err == -ENOENT ? notfound : failed));
-	sc_sys(SYS_exit_group, err == -ENOENT ? 127 : 126, 0, 0, 0);
+	/* As the fork server's child: "exec NAME: reason", exit 255; a
+	 * name found nowhere in PATH (which the fork server refuses before
+	 * the run starts) exits 127, as a shell's. */
+	sc_init_say(sc_text(SC_T_EXEC), name, sc_text(SC_T_SEP), sc_text(-err));
+	sc_sys(SYS_exit_group, err == -ENOENT && !slash ? 127 : 255, 0, 0, 0);
 	__builtin_unreachable();
 }
 

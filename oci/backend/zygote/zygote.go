@@ -72,18 +72,21 @@ func InitELF() ([]byte, error) {
 	code := C.GoBytes(unsafe.Pointer(start), C.int(n))
 	const (
 		base   = 0x400000
-		codeAt = 0x1000 // page-aligned: the code keeps its alignment
 		ehsize = 64
 		phsize = 56
 	)
+	// At the same offset in its page as in this process: the code keeps
+	// its alignment, and arm64's page-relative addressing (adrp) its
+	// targets.
+	codeAt := 0x1000 + int(uintptr(unsafe.Pointer(start))&0xfff)
 	b := make([]byte, codeAt+len(code))
 	copy(b, []byte{0x7f, 'E', 'L', 'F', byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)})
 	le := binary.LittleEndian
 	le.PutUint16(b[16:], uint16(elf.ET_EXEC))
 	le.PutUint16(b[18:], uint16(machine))
 	le.PutUint32(b[20:], uint32(elf.EV_CURRENT))
-	le.PutUint64(b[24:], base+codeAt+uint64(entry)) // e_entry
-	le.PutUint64(b[32:], ehsize)                    // e_phoff
+	le.PutUint64(b[24:], base+uint64(codeAt)+uint64(entry)) // e_entry
+	le.PutUint64(b[32:], ehsize)                            // e_phoff
 	le.PutUint16(b[52:], ehsize)
 	le.PutUint16(b[54:], phsize)
 	le.PutUint16(b[56:], 2) // e_phnum

@@ -102,11 +102,8 @@ enum scz_plan_key {
 /* argv[1] of the run's init started by libcontainer (runinit.c). */
 #define SCZ_INIT_ARG "_sandcell-init"
 
-/* The run's init (runinit.c). sc_init_fork blocks every signal (the old
- * mask in *old) and forks: the child (0) gets the old mask back and goes
- * on to exec the program; the parent calls sc_init_run with the child's
- * pid and the fd that takes its status. A failure is -errno. */
-long sc_init_fork(uint64_t *old);
+/* The run's init (runinit.c): prog is the program's pid, statusfd the
+ * fd that takes its status. */
 void sc_init_run(long prog, int statusfd) __attribute__((noreturn));
 /* The init as code of its own (InitELF): the section's bytes and the
  * entry point's offset in them. */
