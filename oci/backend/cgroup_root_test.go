@@ -74,8 +74,9 @@ func readCgroupFile(t *testing.T, path string) string {
 const forkMany = "i=0\nwhile [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); done\necho started $i\n"
 
 // TestCgroupOfARun: the limits of a run reach the kernel as the spec says
-// (memory without swap, pids, CPU quota), and the pids counter of the run's
-// own cgroup records forks refused at its limit.
+// (memory without swap, pids with one more for the run's init, CPU quota),
+// and the pids counter of the run's own cgroup records forks refused at its
+// limit.
 func TestCgroupOfARun(t *testing.T) {
 	e := newTestEnv(t)
 	expectV2(t, e)
@@ -88,13 +89,13 @@ func TestCgroupOfARun(t *testing.T) {
 			want = map[string]string{
 				filepath.Join(d, "memory.max"):      "67108864",
 				filepath.Join(d, "memory.swap.max"): "0",
-				filepath.Join(d, "pids.max"):        "16",
+				filepath.Join(d, "pids.max"):        "17", // and the run's init
 				filepath.Join(d, "cpu.max"):         "50000 100000",
 			}
 		} else {
 			want = map[string]string{
 				filepath.Join(dirs["memory"], "memory.limit_in_bytes"): "67108864",
-				filepath.Join(dirs["pids"], "pids.max"):                "16",
+				filepath.Join(dirs["pids"], "pids.max"):                "17", // and the run's init
 				filepath.Join(dirs["cpu"], "cpu.cfs_quota_us"):         "50000",
 				filepath.Join(dirs["cpu"], "cpu.cfs_period_us"):        "100000",
 			}

@@ -731,6 +731,7 @@ type forkInit struct {
 	childPid int
 	cg       *limits.Run // nil: no cgroup
 	sync     *os.File    // our end of the child's sync socket; nil once it exec'd
+	status   *os.File    // the same socket once it exec'd: the init's SCZ_STATUS
 
 	once    sync.Once
 	ws      syscall.WaitStatus
@@ -780,7 +781,9 @@ func (i *forkInit) exec() error {
 		return oci.ErrDestroyed
 	}
 	i.sync = nil
-	defer s.Close()
+	// Kept: the run's init (zygote/runinit.c) writes the program's wait
+	// status on it.
+	i.status = s
 	if _, err := s.Write([]byte{zygote.Go}); err != nil && !errors.Is(err, unix.EPIPE) {
 		return err // EPIPE: init died; its reaping tells how
 	}
@@ -813,7 +816,7 @@ func (i *forkInit) wait() (syscall.WaitStatus, *syscall.Rusage, error) {
 			i.ws, i.waitErr = syscall.WaitStatus(128<<8), err
 			return
 		}
-		i.ws = waitStatus(&info)
+		i.ws = programStatus(waitStatus(&info), i.status)
 		i.rusage = &ru
 	})
 	return i.ws, i.rusage, i.waitErr
@@ -886,9 +889,11 @@ func (i *forkInit) cgroupPaths() (map[string]string, error) {
 }
 
 func (i *forkInit) destroy() error {
-	if i.sync != nil {
-		i.sync.Close()
-		i.sync = nil
+	for _, f := range []**os.File{&i.sync, &i.status} {
+		if *f != nil {
+			(*f).Close()
+			*f = nil
+		}
 	}
 	i.pidfd.Close()
 	if i.cg != nil {

@@ -97,29 +97,39 @@ func (e *testEnv) runDirs(id string) map[string]string {
 	return out
 }
 
+// procsDir is the one of the run's cgroup directories dirs whose
+// cgroup.procs lists all its processes.
+func (e *testEnv) procsDir(dirs map[string]string) string {
+	if e.mode == limits.Unified {
+		return dirs[""]
+	}
+	return dirs["memory"]
+}
+
 // waitPid returns the run's pid once it runs the probe (python3) and
 // sleeps: its observations are made.
 func (e *testEnv) waitPid(t *testing.T, dirs map[string]string) int {
 	t.Helper()
-	dir := dirs["memory"]
-	if e.mode == limits.Unified {
-		dir = dirs[""]
-	}
+	dir := e.procsDir(dirs)
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		// The run's init and the probe.
 		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		f := strings.Fields(string(b))
-		if len(f) != 1 {
+		if len(f) != 2 {
 			continue
 		}
-		comm, _ := os.ReadFile("/proc/" + f[0] + "/comm")
-		st, _ := os.ReadFile("/proc/" + f[0] + "/stat")
-		if strings.TrimSpace(string(comm)) == "python3" && bytes.Contains(st, []byte(") S ")) {
-			time.Sleep(200 * time.Millisecond) // past its last observation, asleep
-			pid, _ := strconv.Atoi(f[0])
-			return pid
+		for _, p := range f {
+			comm, _ := os.ReadFile("/proc/" + p + "/comm")
+			st, _ := os.ReadFile("/proc/" + p + "/stat")
+			if strings.TrimSpace(string(comm)) == "python3" && bytes.Contains(st, []byte(") S ")) {
+				time.Sleep(200 * time.Millisecond) // past its last observation, asleep
+				pid, _ := strconv.Atoi(p)
+				return pid
+			}
 		}
 	}
-	t.Fatalf("no probe asleep in %s", dir)
+	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	t.Fatalf("no probe asleep in %s: %q", dir, b)
 	return 0
 }
 
@@ -259,6 +269,11 @@ func TestForkServerEquivalence(t *testing.T) {
 			}
 			delete(lc.inside, "namespaces")
 			delete(fs.inside, "namespaces")
+			// The program is a child of the run's init (PID 1) in both.
+			for _, o := range []observation{lc, fs} {
+				st, _ := o.inside["status"].(map[string]any)
+				abovePid(t, st, "Pid", "NSpid", "Tgid", "NStgid")
+			}
 			for _, k := range sortedKeys(lc.inside, fs.inside) {
 				if !reflect.DeepEqual(lc.inside[k], fs.inside[k]) {
 					t.Errorf("%s differs:\nlibcontainer: %s\nfork server:  %s", k, jsonOf(lc.inside[k]), jsonOf(fs.inside[k]))
@@ -448,7 +463,7 @@ func BenchmarkBreakdown(b *testing.B) {
 // leaves traces of every kind a program can make (a process, files in
 // /tmp, /work and /dev/shm, System V IPC, an abstract and a path Unix
 // socket, a TCP listener); the other, started while the first holds them,
-// sees none: its own process alone, its own files, no IPC object, no
+// sees none: its own process and init alone, its own files, no IPC object, no
 // socket it can reach, its own cgroup as the root. Nothing of the zygote
 // is in either run: no process in their pid namespaces or cgroups, no fd.
 func TestForkServerIsolation(t *testing.T) {
@@ -492,8 +507,8 @@ func TestForkServerIsolation(t *testing.T) {
 	// namespace of their own (the zygote is in none).
 	holdDirs := e.runDirs(c.ID())
 	procs, _ := os.ReadFile(filepath.Join(holdDirs[map[bool]string{true: "", false: "memory"}[e.mode == limits.Unified]], "cgroup.procs"))
-	if n := len(strings.Fields(string(procs))); n != 2 {
-		t.Errorf("the holder's cgroup has %d processes, want python and sleep: %s", n, procs)
+	if n := len(strings.Fields(string(procs))); n != 3 {
+		t.Errorf("the holder's cgroup has %d processes, want the run's init, python and sleep: %s", n, procs)
 	}
 	for _, pid := range strings.Fields(string(procs)) {
 		st, _ := os.ReadFile("/proc/" + pid + "/status")
@@ -531,8 +546,9 @@ func TestForkServerIsolation(t *testing.T) {
 		what      string
 		got, want any
 	}{
-		{"processes", got.Pids, []int{1}},
-		{"process names", got.Comms, []string{"python3"}},
+		// Its own init (PID 1) and itself.
+		{"processes", got.Pids, []int{1, 2}},
+		{"process names", got.Comms, []string{"python3", "sandcell-init"}},
 		{"/tmp", got.Tmp, []string{}},
 		{"/work", got.Work, []string{"main.py"}},
 		{"/dev/shm", got.Shm, []string{}},

@@ -3,6 +3,7 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"os"
 	"syscall"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -39,6 +40,7 @@ type lcInit struct {
 	lc     *libcontainer.Container
 	proc   *libcontainer.Process
 	parent *limits.Parent // nil: no cgroups
+	status *os.File       // the run's init writes the program's status on it (underInit)
 }
 
 func (l *lcInit) pid() (int, error) { return l.proc.Pid() }
@@ -58,7 +60,7 @@ func (l *lcInit) wait() (syscall.WaitStatus, *syscall.Rusage, error) {
 		return syscall.WaitStatus(128 << 8), nil, err // exit 128 when wait itself failed
 	}
 	ru, _ := ps.SysUsage().(*syscall.Rusage)
-	return ps.Sys().(syscall.WaitStatus), ru, nil
+	return programStatus(ps.Sys().(syscall.WaitStatus), l.status), ru, nil
 }
 
 func (l *lcInit) cgroupPaths() (map[string]string, error) {
@@ -71,6 +73,10 @@ func (l *lcInit) cgroupPaths() (map[string]string, error) {
 
 func (l *lcInit) destroy() error {
 	var errs []error
+	if l.status != nil {
+		l.status.Close()
+		l.status = nil
+	}
 	if err := l.lc.Destroy(); err != nil {
 		errs = append(errs, fmt.Errorf("destroy container %s: %w", l.lc.ID(), err))
 	}

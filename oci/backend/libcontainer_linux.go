@@ -277,9 +277,10 @@ func (r *Libcontainer) prepare(ctx context.Context, req *oci.Request, pre *prest
 	phase(id, "work")
 	run.enforced = oci.Enforced(r.cfg.Cgroups != nil)
 	run.pooled = pre != nil || as.kernel != nil
-	// run.settle stays nil: the program is init of its pid namespace,
-	// and the kernel reports init's death only after every other process
-	// of the namespace is gone (zap_pid_ns_processes). Once init is
+	// run.settle stays nil: the run's init (runinit_linux.go) is PID 1
+	// of its pid namespace and exits when the program does, and the
+	// kernel reports init's death only after every other process of the
+	// namespace is gone (zap_pid_ns_processes). Once init is
 	// reaped, nothing of the run can write to /work.
 	c := &lcContainer{run: run, rt: r, pre: pre}
 	r.register(id, c)
@@ -368,6 +369,7 @@ func (r *Libcontainer) containerConfig(id string, req *oci.Request, work string)
 	if err != nil {
 		return nil, nil, err
 	}
+	countInit(spec)
 	config, err := r.libcontainerConfig(id, spec)
 	if err != nil {
 		return nil, nil, err
@@ -501,18 +503,27 @@ func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs
 		// mounted /work.
 		config.Hooks = configs.Hooks{configs.CreateRuntime: {configs.NewFunctionHook(func(*specs.State) error { return fill() })}}
 	}
+	status, started, err := underInit(p)
+	if err != nil {
+		return nil, err
+	}
 	lc, err := libcontainer.Create(r.stateRoot(), id, config)
 	if err != nil {
+		started()
+		status.Close()
 		return nil, fmt.Errorf("%w: create container: %w", oci.ErrRuntime, err)
 	}
 	phase(id, "create")
 	// From a thread with the process's own timer slack, which runc's init
 	// and the program inherit (internal/sysmon).
-	if err := sysmon.WithOrigSlack(func() error { return lc.Start(p) }); err != nil {
+	err = sysmon.WithOrigSlack(func() error { return lc.Start(p) })
+	started()
+	if err != nil {
+		status.Close()
 		_ = lc.Destroy()
 		return nil, fmt.Errorf("%w: start container init: %w", oci.ErrRuntime, err)
 	}
-	return &lcInit{lc: lc, proc: p, parent: r.cfg.Cgroups}, nil
+	return &lcInit{lc: lc, proc: p, parent: r.cfg.Cgroups, status: status}, nil
 }
 
 // newID names a new container: the instance, then a sequence number.

@@ -15,12 +15,16 @@ import (
 	"github.com/sandcell/sandcell/seccomp"
 )
 
-// buildProbe compiles testdata/probes/syscalls.c statically with the host's
-// gcc, so it runs in any layer.
-func buildProbe(t *testing.T) []byte {
+// buildProbe compiles testdata/probes/NAME (syscalls.c by default)
+// statically with the host's gcc, so it runs in any layer.
+func buildProbe(t *testing.T, name ...string) []byte {
 	t.Helper()
+	src := "syscalls.c"
+	if len(name) > 0 {
+		src = name[0]
+	}
 	out := filepath.Join(t.TempDir(), "probe")
-	cmd := exec.Command("gcc", "-static", "-O2", "-o", out, "../../testdata/probes/syscalls.c")
+	cmd := exec.Command("gcc", "-static", "-O2", "-o", out, "../../testdata/probes/"+src)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build probe: %v\n%s", err, b)
 	}

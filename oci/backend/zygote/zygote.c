@@ -1124,8 +1124,37 @@ static void load_seccomp(const struct plan *pl)
 		CHECK(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, pl->seccomp_flags, &prog), "error loading seccomp filter into kernel");
 }
 
-/* child_main sets up the sandbox and execs the program. fds: the
- * request's fds (see struct scz_request). It never returns. */
+/* What the program's process (prog_main) execs, with the signal mask to
+ * restore and the first fd that is not the program's. */
+struct prog_exec {
+	const char *name;
+	char **argv, **envp;
+	unsigned first;
+	uint64_t mask;
+};
+
+/* prog_main runs in the program's process, on its own stack and in the
+ * init's memory until it execs (CLONE_VM|CLONE_VFORK): system calls and
+ * the error message only. */
+static int prog_main(void *arg)
+{
+	struct prog_exec *pe = arg;
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &pe->mask, NULL, sizeof(uint64_t));
+	/* CVE-2024-21626: nothing but the program's own fds may survive exec. */
+	syscall(SYS_close_range, pe->first, ~0U, 0);
+	execve(pe->name, pe->argv, pe->envp);
+	int e = errno;
+	char msg[PATH_MAX + 64];
+	const char *s = strerror(e);
+	int n = snprintf(msg, sizeof(msg), "exec %s: %c%s\n", pe->name, s[0] >= 'A' && s[0] <= 'Z' ? s[0] - 'A' + 'a' : s[0], s + 1);
+	if (n > 0)
+		(void)!write(2, msg, n);
+	_exit(255);
+}
+
+/* child_main sets up the sandbox, clones the program (which execs) and
+ * stays its init. fds: the request's fds (see struct scz_request). It
+ * never returns. */
 static void child_main(const struct scz_request *req, int *fds, int nfds, int mapsync)
 {
 	/* Our own fds move out of the way of the program's (0 to 2+nextra),
@@ -1229,17 +1258,29 @@ static void child_main(const struct scz_request *req, int *fds, int nfds, int ma
 		_exit(1);
 	if (recv(child_sync, &c, 1, 0) != 1 || c != SCZ_GO)
 		_exit(1);
-	/* CVE-2024-21626: nothing but the program's own fds may survive exec. */
-	syscall(SYS_close_range, 3 + req->nextra, ~0U, 0);
-	child_sync = -1;
-	execve(name, pl.argv, pl.envp);
-	int e = errno;
-	char msg[PATH_MAX + 64];
-	const char *s = strerror(e);
-	int n = snprintf(msg, sizeof(msg), "exec %s: %c%s\n", name, s[0] >= 'A' && s[0] <= 'Z' ? s[0] - 'A' + 'a' : s[0], s + 1);
-	if (n > 0)
-		(void)!write(2, msg, n);
-	_exit(255);
+	/* This process stays PID 1 of the run, as its init (runinit.c):
+	 * the program is its child, an ordinary process to which every
+	 * signal it sends itself is delivered (issue #37). The init keeps
+	 * only the sync socket, to hand sandcell the program's wait status.
+	 * The program is cloned as posix_spawn does (CLONE_VM|CLONE_VFORK,
+	 * on a stack of its own): no copy of this process's memory is made
+	 * for a child that execs at once, and the init goes on only once it
+	 * has. Every signal stays blocked in the init; the program gets the
+	 * mask back. */
+	struct prog_exec pe = {.name = name, .argv = pl.argv, .envp = pl.envp, .first = 3 + req->nextra};
+	uint64_t all = ~(uint64_t)0;
+	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &pe.mask, sizeof(uint64_t)) < 0)
+		_exit(255);
+	static char prog_stack[64 << 10] __attribute__((aligned(16)));
+	int prog = clone(prog_main, prog_stack + sizeof(prog_stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &pe);
+	if (prog < 0) {
+		char msg[128];
+		int n = snprintf(msg, sizeof(msg), "sandcell: start the program under the run's init: clone: %s\n", strerror(errno));
+		if (n > 0)
+			(void)!write(2, msg, n);
+		_exit(255);
+	}
+	sc_init_run(prog, child_sync);
 }
 
 /* ------------------------------------------------------------------ */

@@ -22,8 +22,10 @@ int scz_capture_arm(void);
 import "C"
 
 import (
+	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"syscall"
 	"unsafe"
 )
@@ -45,7 +47,66 @@ const (
 	Ready = C.SCZ_READY // the child is set up and waits for Go
 	Error = C.SCZ_ERROR // followed by a message; the child exits
 	Go    = C.SCZ_GO    // exec the program
+	// Status and the program's wait status (int32, little-endian): the run's
+	// init (runinit.c) writes it once the program has ended.
+	Status = C.SCZ_STATUS
 )
+
+// InitArg is argv[1] of the run's init started by libcontainer (InitELF).
+const InitArg = C.SCZ_INIT_ARG
+
+// InitELF is the run's init (runinit.c) as an executable of its own, for
+// the runs libcontainer starts: the freestanding code of this binary's
+// "scinit" section in one read-only, executable segment at a fixed
+// address, entered at sc_init_entry. No interpreter, no library, no
+// relocation: it runs in any root, whether sandcell itself is linked
+// statically or not. Its argv: InitArg's comment in runinit.c.
+func InitELF() ([]byte, error) {
+	var start *C.char
+	var n, entry C.long
+	C.sc_init_code(&start, &n, &entry)
+	machine := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
+	if machine == 0 || n <= 0 || entry < 0 || entry >= n {
+		return nil, fmt.Errorf("no run's init for %s (code %d bytes, entry %d)", runtime.GOARCH, n, entry)
+	}
+	code := C.GoBytes(unsafe.Pointer(start), C.int(n))
+	const (
+		base   = 0x400000
+		ehsize = 64
+		phsize = 56
+	)
+	// At the same offset in its page as in this process: the code keeps
+	// its alignment, and arm64's page-relative addressing (adrp) its
+	// targets.
+	codeAt := 0x1000 + int(uintptr(unsafe.Pointer(start))&0xfff)
+	b := make([]byte, codeAt+len(code))
+	copy(b, []byte{0x7f, 'E', 'L', 'F', byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)})
+	le := binary.LittleEndian
+	le.PutUint16(b[16:], uint16(elf.ET_EXEC))
+	le.PutUint16(b[18:], uint16(machine))
+	le.PutUint32(b[20:], uint32(elf.EV_CURRENT))
+	le.PutUint64(b[24:], base+uint64(codeAt)+uint64(entry)) // e_entry
+	le.PutUint64(b[32:], ehsize)                            // e_phoff
+	le.PutUint16(b[52:], ehsize)
+	le.PutUint16(b[54:], phsize)
+	le.PutUint16(b[56:], 2) // e_phnum
+	ph := func(i int, typ elf.ProgType, flags elf.ProgFlag, size uint64) {
+		p := b[ehsize+i*phsize:]
+		le.PutUint32(p[0:], uint32(typ))
+		le.PutUint32(p[4:], uint32(flags))
+		if size > 0 {
+			le.PutUint64(p[16:], base) // p_vaddr
+			le.PutUint64(p[24:], base) // p_paddr
+			le.PutUint64(p[32:], size) // p_filesz
+			le.PutUint64(p[40:], size) // p_memsz
+			le.PutUint64(p[48:], 0x1000)
+		}
+	}
+	ph(0, elf.PT_LOAD, elf.PF_R|elf.PF_X, uint64(len(b)))
+	ph(1, elf.PT_GNU_STACK, elf.PF_R|elf.PF_W, 0) // a stack that is not executable
+	copy(b[codeAt:], code)
+	return b, nil
+}
 
 // Request is the fixed part of a request; its fds travel with it (see
 // Encode).

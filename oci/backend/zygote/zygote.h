@@ -105,6 +105,18 @@ enum scz_plan_key {
 #define SCZ_ERROR 'E' /* followed by a message; the child exits */
 /* and sandcell answers: */
 #define SCZ_GO 'G'    /* exec the program */
+/* and once the program has ended, the run's init (runinit.c) writes: */
+#define SCZ_STATUS 'S' /* followed by the program's wait status, int32 */
+
+/* argv[1] of the run's init started by libcontainer (runinit.c). */
+#define SCZ_INIT_ARG "_sandcell-init"
+
+/* The run's init (runinit.c): prog is the program's pid, statusfd the
+ * fd that takes its status. */
+void sc_init_run(long prog, int statusfd) __attribute__((noreturn));
+/* The init as code of its own (InitELF): the section's bytes and the
+ * entry point's offset in them. */
+void sc_init_code(const char **start, long *len, long *entry);
 
 /* What the seccomp capture (capture.c) writes to stdout. */
 #define SCZ_BPF_MAGIC 0x46504253u /* "SBPF" */
