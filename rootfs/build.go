@@ -148,7 +148,9 @@ func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []P
 	for p, mode := range open {
 		closed[p] = mode
 	}
-	open = keepExisting(filepath.Join(tmp, "root"), closed)
+	if open, err = keepExisting(filepath.Join(tmp, "root"), closed); err != nil {
+		return Manifest{}, err
+	}
 	tree, _, err := hashTreeIn(ctx, filepath.Join(tmp, "root"), currentNS(), open)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("hash layer: %w", err)

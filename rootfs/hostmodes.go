@@ -63,6 +63,14 @@ func layerPath(name string) string {
 	return "/" + filepath.ToSlash(name)
 }
 
+// treeName is layerPath's inverse: the fs.WalkDir name of "/"-path p.
+func treeName(p string) string {
+	if p == "/" {
+		return "."
+	}
+	return p[1:]
+}
+
 // parseModes turns Manifest.OpenModes into chmod(2) numbers by tree name
 // (as fs.WalkDir names entries: "." for the root).
 func parseModes(modes map[string]string) (map[string]uint32, error) {
@@ -72,11 +80,7 @@ func parseModes(modes map[string]string) (map[string]uint32, error) {
 		if err != nil || n > 0o7777 || len(p) == 0 || p[0] != '/' {
 			return nil, fmt.Errorf("open mode %q %q: not a /path and an octal mode", p, text)
 		}
-		name := p[1:]
-		if name == "" {
-			name = "."
-		}
-		out[name] = uint32(n)
+		out[treeName(p)] = uint32(n)
 	}
 	return out, nil
 }
@@ -128,16 +132,21 @@ func closeTree(dir string) (map[string]string, error) {
 
 // keepExisting drops from modes the entries no longer in the tree at dir
 // (removed as their lower layers hold them).
-func keepExisting(dir string, modes map[string]string) map[string]string {
+func keepExisting(dir string, modes map[string]string) (map[string]string, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
 	for p := range modes {
-		if _, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(p))); err != nil {
+		if _, err := root.Lstat(treeName(p)); err != nil {
 			delete(modes, p)
 		}
 	}
 	if len(modes) == 0 {
-		return nil
+		return nil, nil
 	}
-	return modes
+	return modes, nil
 }
 
 // closeLayers closes, once, the package layers of st that this store

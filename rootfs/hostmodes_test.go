@@ -138,10 +138,13 @@ func TestLayersClosedToHostUsers(t *testing.T) {
 		t.Errorf("skeleton manifest: open modes %v, %v; want /tmp 1777", sk.OpenModes, err)
 	}
 
-	// A store built before: its layers open, their manifests without the
-	// record. Root closes them.
-	for _, l := range []string{baseRoot, skelRoot} {
-		ldir := filepath.Dir(l)
+	// reopen makes the layer at root (a layer's root directory) what an
+	// older store has: its entries open again, the manifest without the
+	// record. interrupted: what a migration killed midway leaves instead,
+	// the record written, /var/tmp closed already, the rest open.
+	reopen := func(root string, interrupted bool) {
+		t.Helper()
+		ldir := filepath.Dir(root)
 		m, err := readManifest(layerRef{hex: filepath.Base(ldir), store: filepath.Dir(filepath.Dir(ldir))})
 		if err != nil {
 			t.Fatal(err)
@@ -151,15 +154,40 @@ func TestLayersClosedToHostUsers(t *testing.T) {
 			t.Fatal(err)
 		}
 		for name, mode := range modes {
-			if err := syscall.Chmod(filepath.Join(l, name), mode); err != nil {
+			if interrupted && name == "var/tmp" {
+				continue
+			}
+			if err := syscall.Chmod(filepath.Join(root, name), mode); err != nil {
 				t.Fatal(err)
 			}
 		}
-		m.HostClosed, m.OpenModes = false, nil
+		m.HostClosed = false
+		if !interrupted {
+			m.OpenModes = nil
+		}
 		if err := writeManifest(ldir, m); err != nil {
 			t.Fatal(err)
 		}
 	}
+	migrated := func() {
+		t.Helper()
+		if _, err := s.Root(lang); err != nil {
+			t.Fatal(err)
+		}
+		checkClosed(t, baseRoot)
+		checkClosed(t, skelRoot)
+		if m, err := readManifest(layerRef{hex: hexID(base.ID), store: filepath.Dir(filepath.Dir(filepath.Dir(baseRoot)))}); err != nil ||
+			!m.HostClosed || !maps.Equal(m.OpenModes, wantModes) {
+			t.Errorf("migrated base manifest: host closed %v, open modes %v, %v; want true, %v", m.HostClosed, m.OpenModes, err, wantModes)
+		}
+		if err := s.Verify(t.Context(), lang); err != nil {
+			t.Errorf("Verify of the migrated layers: %v", err)
+		}
+	}
+
+	// A store built before: Root closes its layers.
+	reopen(baseRoot, false)
+	reopen(skelRoot, false)
 	if out, err := asNobody(baseRoot); err != nil {
 		t.Fatalf("the old layer is not open to uid 65534 (the test's premise): %v %s", err, out)
 	}
@@ -169,18 +197,15 @@ func TestLayersClosedToHostUsers(t *testing.T) {
 	if err := s.Verify(t.Context(), lang); err != nil {
 		t.Fatalf("Verify of the old layer: %v", err)
 	}
-	if _, err := s.Root(lang); err != nil {
+	migrated()
+
+	// A migration interrupted after some entries were closed: the next
+	// one keeps the modes recorded first.
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	checkClosed(t, baseRoot)
-	checkClosed(t, skelRoot)
-	if m, err := readManifest(layerRef{hex: hexID(base.ID), store: filepath.Dir(filepath.Dir(filepath.Dir(baseRoot)))}); err != nil ||
-		!m.HostClosed || !maps.Equal(m.OpenModes, wantModes) {
-		t.Errorf("migrated base manifest: host closed %v, open modes %v, %v; want true, %v", m.HostClosed, m.OpenModes, err, wantModes)
-	}
-	if err := s.Verify(t.Context(), lang); err != nil {
-		t.Errorf("Verify of the migrated layers: %v", err)
-	}
+	reopen(baseRoot, true)
+	migrated()
 
 	// Opened again behind the store's back: Verify says so.
 	if err := os.Chmod(filepath.Join(baseRoot, "var/tmp"), fs.ModeSticky|0o777); err != nil {
