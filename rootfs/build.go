@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -71,6 +70,7 @@ func (s *Store) buildLayer(ctx context.Context, name string, r recipe, emit func
 	var pkgs []Package
 	var owners map[string]string // path in the layer -> "uid:gid" its package gives it, if not root's
 	var squashed []string
+	var open map[string]string // closed entries' modes as built (Manifest.OpenModes)
 	if r.Kind == KindSkeleton {
 		if err := writeSkeleton(root); err != nil {
 			return Manifest{}, fmt.Errorf("skeleton: %w", err)
@@ -97,7 +97,7 @@ func (s *Store) buildLayer(ctx context.Context, name string, r recipe, emit func
 			}
 		}
 		emit("finish")
-		if err := s.finish(ctx, name, r, root); err != nil {
+		if open, err = s.finish(ctx, name, r, root); err != nil {
 			return Manifest{}, err
 		}
 		if squashed, err = squashedOwners(root, owners); err != nil {
@@ -108,7 +108,7 @@ func (s *Store) buildLayer(ctx context.Context, name string, r recipe, emit func
 		}
 	}
 	emit("hash")
-	return s.commitLayer(ctx, name, r, pkgs, squashed, tmp, start)
+	return s.commitLayer(ctx, name, r, pkgs, squashed, open, tmp, start)
 }
 
 // newBuildDir makes a fresh, traversable build directory tmp/<key>-<random>.
@@ -132,14 +132,26 @@ func (s *Store) newBuildDir(key string) (string, error) {
 	return tmp, nil
 }
 
-// commitLayer hashes the finished layer tree tmp/root, writes its manifest
-// and moves tmp to layers/<hex>. The caller removes tmp on error.
-func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []Package, squashed []string, tmp string, start time.Time) (Manifest, error) {
+// commitLayer closes the finished layer tree tmp/root to other host users
+// (closeTree; open: the modes of the entries closed before, as finish
+// does), hashes it as built, writes its manifest and moves tmp to
+// layers/<hex>. The caller removes tmp on error.
+func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []Package, squashed []string, open map[string]string, tmp string, start time.Time) (Manifest, error) {
 	dir, err := s.dir()
 	if err != nil {
 		return Manifest{}, err
 	}
-	tree, err := hashTree(ctx, filepath.Join(tmp, "root"))
+	closed, err := closeTree(filepath.Join(tmp, "root"))
+	if err != nil {
+		return Manifest{}, fmt.Errorf("close layer to other host users: %w", err)
+	}
+	for p, mode := range open {
+		closed[p] = mode
+	}
+	if open, err = keepExisting(filepath.Join(tmp, "root"), closed); err != nil {
+		return Manifest{}, err
+	}
+	tree, _, err := hashTreeIn(ctx, filepath.Join(tmp, "root"), currentNS(), open)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("hash layer: %w", err)
 	}
@@ -154,6 +166,8 @@ func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []P
 		Lower:          r.Lower,
 		SquashedOwners: squashed,
 		Tree:           tree,
+		HostClosed:     true,
+		OpenModes:      open,
 		Bytes:          tree.Bytes,
 	}
 	if r.Kind == KindLanguage {
@@ -161,20 +175,10 @@ func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []P
 	}
 	m.Built = time.Now().UTC()
 	m.BuildSeconds = m.Built.Sub(start).Round(time.Millisecond).Seconds()
-	data, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return Manifest{}, err
-	}
-	// 0644 whatever the umask: rootless users of a shared store read it.
-	if err := os.WriteFile(filepath.Join(tmp, manifestName), append(data, '\n'), 0o644); err != nil {
-		return Manifest{}, err
-	}
-	if err := os.Chmod(filepath.Join(tmp, manifestName), 0o644); err != nil {
-		return Manifest{}, err
-	}
-	// Make the layer durable before it gets its name, so a crash cannot
-	// leave a complete-looking but truncated layer.
-	if err := syncfs(tmp); err != nil {
+	// writeManifest syncs the file system first: the layer is durable
+	// before it gets its name, so a crash cannot leave a complete-looking
+	// but truncated layer.
+	if err := writeManifest(tmp, m); err != nil {
 		return Manifest{}, err
 	}
 	dest := filepath.Join(dir, layersDir, hexID(m.ID))
@@ -354,24 +358,31 @@ func (s *Store) setup(ctx context.Context, name, root string, argv []string) err
 	return nil
 }
 
-// finish trims, cleans and normalises the extracted tree and removes what
-// its lower layers already hold.
-func (s *Store) finish(ctx context.Context, name string, r recipe, root string) error {
+// finish trims, cleans, normalises and closes to other host users
+// (closeTree) the extracted tree and removes what its lower layers already
+// hold. It returns the closed entries' modes as built. Closing comes
+// before subtracting: the lowers are closed too, so their /var/tmp
+// matches this tree's and is not kept in it.
+func (s *Store) finish(ctx context.Context, name string, r recipe, root string) (map[string]string, error) {
 	t0 := time.Now()
 	fsroot, err := os.OpenRoot(root)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	n, err := trimTree(fsroot, r.Trim)
 	fsroot.Close()
 	if err != nil {
-		return fmt.Errorf("trim: %w", err)
+		return nil, fmt.Errorf("trim: %w", err)
 	}
 	if err := finishPackages(root); err != nil {
-		return fmt.Errorf("finish layer: %w", err)
+		return nil, fmt.Errorf("finish layer: %w", err)
+	}
+	open, err := closeTree(root)
+	if err != nil {
+		return nil, fmt.Errorf("close layer to other host users: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	var removed, kept int
 	if len(r.Lower) > 0 {
@@ -380,12 +391,12 @@ func (s *Store) finish(ctx context.Context, name string, r recipe, root string) 
 			lowers[i] = s.layerRoot(hexID(id))
 		}
 		if removed, kept, err = subtract(root, lowers); err != nil {
-			return fmt.Errorf("subtract lower layers: %w", err)
+			return nil, fmt.Errorf("subtract lower layers: %w", err)
 		}
 	}
 	s.log().Debug("finished layer", "layer", name, "trimmed", n, "in_lower", removed, "kept", kept,
 		"duration", time.Since(t0).Round(time.Millisecond))
-	return nil
+	return open, nil
 }
 
 // makeLinks creates links (path in the layer -> target) in the tree at dir,

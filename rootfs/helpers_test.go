@@ -163,7 +163,7 @@ func fakeLayerWith(t testing.TB, s *Store, name string, r recipe, files map[stri
 			t.Fatal(err)
 		}
 	}
-	m, err := s.commitLayer(t.Context(), name, r, pkgs, nil, tmp, time.Now())
+	m, err := s.commitLayer(t.Context(), name, r, pkgs, nil, nil, tmp, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

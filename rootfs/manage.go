@@ -561,10 +561,15 @@ func (s *Store) verifyLayer(ctx context.Context, l layerRef) (Manifest, error) {
 	if m.Language != "" {
 		what = m.Language
 	}
-	got, unmapped, err := hashTreeIn(ctx, l.root(), currentNS())
+	got, sc, err := hashTreeIn(ctx, l.root(), currentNS(), m.OpenModes)
 	if err != nil {
 		return m, fmt.Errorf("%s layer %.19s: %w", what, m.ID, err)
 	}
+	if m.HostClosed && sc.open > 0 {
+		return m, fmt.Errorf("%s layer %.19s: %w: %d entries are writable by other host users again (a local user may have planted files)",
+			what, m.ID, ErrModified, sc.open)
+	}
+	unmapped := sc.unmapped
 	want, have := m.Tree.Digest, got.Digest
 	if unmapped > 0 {
 		if m.Tree.Content == "" {

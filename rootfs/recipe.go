@@ -174,8 +174,17 @@ type Manifest struct {
 	// every file by that id, root. Nothing else differs from a build as
 	// root, whose list is empty. Part of the layer's id.
 	SquashedOwners []string `json:"squashed_owners,omitempty"`
-	// Tree is the layer's tree hash, which Verify checks.
+	// Tree is the layer's tree hash, which Verify checks: of the layer as
+	// built, its entries hashed with their OpenModes.
 	Tree TreeHash `json:"tree"`
+	// HostClosed: no entry of the layer lets group or others write it on
+	// the host (see closeTree; issue #37). Layers built before are closed
+	// when a language on them is next used (Store.Root).
+	HostClosed bool `json:"host_closed,omitempty"`
+	// OpenModes are the entries that were built writable by group or
+	// others (Debian's /var/tmp, "1777"), by path in the layer, with that
+	// mode in chmod(2) octal: what a writable upper layer gives back.
+	OpenModes map[string]string `json:"open_modes,omitempty"`
 	// Built is when the build finished.
 	Built time.Time `json:"built"`
 	// BuildSeconds is how long the build of this layer took.

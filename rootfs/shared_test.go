@@ -514,8 +514,8 @@ func TestSharedRootlessChild(t *testing.T) {
 	// The shared layers' files belong to host root, which this namespace
 	// does not map: Verify checks them without their owners, if their
 	// manifests allow.
-	if _, unmapped, err := hashTreeIn(t.Context(), s.layerRoot(hexID(want[1].ID)), ns); err != nil || unmapped == 0 {
-		t.Errorf("hashing a shared layer: %d entries with unmapped owners, %v; want some", unmapped, err)
+	if _, sc, err := hashTreeIn(t.Context(), s.layerRoot(hexID(want[1].ID)), ns, nil); err != nil || sc.unmapped == 0 {
+		t.Errorf("hashing a shared layer: %d entries with unmapped owners, %v; want some", sc.unmapped, err)
 	}
 	withContent := !slices.ContainsFunc(want, func(m Manifest) bool { return m.Tree.Content == "" })
 	if err := s.Verify(t.Context(), lang); withContent && err != nil {

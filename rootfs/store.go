@@ -163,6 +163,9 @@ func (s *Store) Root(lang Language) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := s.closeLayers(st); err != nil {
+		return "", fmt.Errorf("%s root: %w", lang.Name, err)
+	}
 	return s.mountStack(lang, st)
 }
 

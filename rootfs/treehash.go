@@ -50,17 +50,32 @@ type TreeHash struct {
 // hashTree computes dir's TreeHash. It reads through an os.Root, so no
 // symlink in the tree leads it outside.
 func hashTree(ctx context.Context, dir string) (TreeHash, error) {
-	th, _, err := hashTreeIn(ctx, dir, currentNS())
+	th, _, err := hashTreeIn(ctx, dir, currentNS(), nil)
 	return th, err
 }
 
-// hashTreeIn is hashTree in the user namespace ns. unmapped counts the
-// entries whose owner (user or group) ns does not map: their Digest line
-// holds the overflow id, not the true owner.
-func hashTreeIn(ctx context.Context, dir string, ns userNS) (th TreeHash, unmapped int64, err error) {
+// treeScan is what hashing a tree found besides its hash.
+type treeScan struct {
+	// unmapped counts the entries whose owner (user or group) the user
+	// namespace does not map: their Digest line holds the overflow id, not
+	// the true owner.
+	unmapped int64
+	// open counts the entries that group or others may write on the host.
+	open int64
+}
+
+// hashTreeIn is hashTree in the user namespace ns, of the tree as built:
+// an entry in built (Manifest.OpenModes, the modes of a layer's entries
+// before they were closed to other host users) is hashed with its mode
+// there.
+func hashTreeIn(ctx context.Context, dir string, ns userNS, built map[string]string) (th TreeHash, sc treeScan, err error) {
+	modes, err := parseModes(built)
+	if err != nil {
+		return TreeHash{}, sc, err
+	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return TreeHash{}, 0, err
+		return TreeHash{}, sc, err
 	}
 	defer root.Close()
 	var (
@@ -86,15 +101,12 @@ func hashTreeIn(ctx context.Context, dir string, ns userNS) (th TreeHash, unmapp
 			uid, gid = st.Uid, st.Gid
 		}
 		m := fi.Mode()
-		perm := uint32(m.Perm())
-		if m&fs.ModeSetuid != 0 {
-			perm |= 0o4000
+		perm := unixPerm(m)
+		if openToOthers(m) {
+			sc.open++
 		}
-		if m&fs.ModeSetgid != 0 {
-			perm |= 0o2000
-		}
-		if m&fs.ModeSticky != 0 {
-			perm |= 0o1000
+		if p, ok := modes[name]; ok {
+			perm = p
 		}
 		var kind, payload string
 		switch {
@@ -127,7 +139,7 @@ func hashTreeIn(ctx context.Context, dir string, ns userNS) (th TreeHash, unmapp
 		}
 		th.Entries++
 		if ns.unmappedUID(uid) || ns.unmappedGID(gid) {
-			unmapped++
+			sc.unmapped++
 		}
 		if _, err := fmt.Fprintf(sum, "%s %s %o %d:%d %s\n", kind, strconv.Quote(name), perm, uid, gid, payload); err != nil {
 			return err
@@ -136,9 +148,9 @@ func hashTreeIn(ctx context.Context, dir string, ns userNS) (th TreeHash, unmapp
 		return err
 	})
 	if err != nil {
-		return TreeHash{}, 0, err
+		return TreeHash{}, sc, err
 	}
 	th.Digest = "sha256:" + hex.EncodeToString(sum.Sum(nil))
 	th.Content = "sha256:" + hex.EncodeToString(content.Sum(nil))
-	return th, unmapped, nil
+	return th, sc, nil
 }
