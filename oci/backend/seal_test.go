@@ -60,6 +60,14 @@ func TestSelfExeIsSealed(t *testing.T) {
 				r.Env = []string{selfExeEnv + "=1", "LD_LIBRARY_PATH=/work"}
 				r.Files = append(r.Files, api.File{Path: "libseccomp.so.2", Data: lib, Mode: 0o644})
 			})
+			if name == "runc" && res.Status == api.StatusError && res.ExitCode == 255 && res.Stdout == "" {
+				// On the libcontainer path the program is forked by the
+				// run's init (runinit_linux.go), a sealed memfd of a few
+				// KiB: /proc/self/exe is that init, which refuses to run
+				// as anything but PID 1. Neither the host's binary nor
+				// a copy of it ran.
+				return
+			}
 			if res.Status != api.StatusOK {
 				t.Fatalf("status %s exit %d signal %s: %s\n%s%s", res.Status, res.ExitCode, res.Signal, res.Message, res.Stdout, res.Stderr)
 			}
