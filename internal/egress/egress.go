@@ -134,7 +134,7 @@ func New(cfg Config) (*Proxy, error) {
 		allow[net.JoinHostPort(host, port)] = true
 	}
 	for name, addrs := range cfg.Hosts {
-		n := normHost(name)
+		n := NormHost(name)
 		if !validName(n) || len(addrs) == 0 {
 			return nil, fmt.Errorf("host %q: a DNS name with at least one address", name)
 		}
@@ -326,7 +326,7 @@ func (p *Proxy) Allowed(host, port string) bool {
 // allowed name resolves to the operator's mapping or to public addresses
 // only (DNS rebinding). It returns the name normalised and its addresses.
 func (p *Proxy) CheckName(ctx context.Context, name string) (string, []netip.Addr, error) {
-	host := normHost(name)
+	host := NormHost(name)
 	if _, err := netip.ParseAddr(host); err == nil || looksNumeric(host) {
 		return host, nil, fmt.Errorf("%w: %s is an IP address; only allowlisted names are reached", ErrRefused, host)
 	}
@@ -410,14 +410,16 @@ func splitTarget(target, defPort string) (host, port string, err error) {
 	if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
 		return "", "", fmt.Errorf("%q: bad port", target)
 	}
-	host = normHost(host)
+	host = NormHost(host)
 	if _, err := netip.ParseAddr(host); err != nil && !validName(host) {
 		return "", "", fmt.Errorf("%q: bad host name", target)
 	}
 	return host, port, nil
 }
 
-func normHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
+// NormHost is a host name as the policy compares it: lower case, no
+// trailing dot.
+func NormHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
 
 // validName is a DNS name of letters, digits, hyphens and dots.
 func validName(h string) bool {
