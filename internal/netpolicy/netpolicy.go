@@ -202,7 +202,7 @@ func newStack() *stack.Stack {
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
 	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
-	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 4 << 20, Max: 8 << 20}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
 	mod := tcpip.TCPModerateReceiveBufferOption(true)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &mod)
@@ -227,6 +227,10 @@ func (g *Gateway) AttachTun(fd int) error {
 // endpoint, or a pipe to a test's own stack). Call it once.
 func (g *Gateway) Attach(ep stack.LinkEndpoint) error {
 	s := g.stack
+	// The handlers first: a packet may arrive as soon as the NIC exists
+	// (a tun's dispatcher starts reading at once).
+	s.SetTransportProtocolHandler(tcp.ProtocolNumber, tcp.NewForwarder(s, 0, g.budget.Open, g.forwardTCP).HandlePacket)
+	s.SetTransportProtocolHandler(udp.ProtocolNumber, udp.NewForwarder(s, g.forwardUDP).HandlePacket)
 	if err := s.CreateNIC(nicID, ep); err != nil {
 		return fmt.Errorf("network gateway: create NIC: %s", err)
 	}
@@ -246,8 +250,6 @@ func (g *Gateway) Attach(ep stack.LinkEndpoint) error {
 		return fmt.Errorf("network gateway: address: %s", err)
 	}
 	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: nicID}, {Destination: header.IPv6EmptySubnet, NIC: nicID}})
-	s.SetTransportProtocolHandler(tcp.ProtocolNumber, tcp.NewForwarder(s, 0, g.budget.Open, g.forwardTCP).HandlePacket)
-	s.SetTransportProtocolHandler(udp.ProtocolNumber, udp.NewForwarder(s, g.forwardUDP).HandlePacket)
 	return nil
 }
 

@@ -30,13 +30,13 @@ import (
 // by a pipe, as a tun would be. A program on it has no proxy variables
 // and no other route: what it reaches, it reaches through the gateway.
 type sandbox struct {
-	t *testing.T
+	t testing.TB
 	s *stack.Stack
 	g *Gateway
 }
 
 // newSandbox starts a gateway with cfg and a sandbox stack wired to it.
-func newSandbox(t *testing.T, cfg Config) *sandbox {
+func newSandbox(t testing.TB, cfg Config) *sandbox {
 	t.Helper()
 	g, err := New(cfg)
 	if err != nil {
@@ -153,7 +153,7 @@ func (sb *sandbox) refusal(want string) Entry {
 }
 
 // loopbackPort is the port of a test server's URL.
-func loopbackPort(t *testing.T, url string) string {
+func loopbackPort(t testing.TB, url string) string {
 	t.Helper()
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(url, "http://"), "https://"))
 	if err != nil {
@@ -438,4 +438,28 @@ func TestHTTPRules(t *testing.T) {
 	}
 	sb.refusal("HTTP POST /simple/pip/ on plain.test is not allowed")
 	sb.refusal("HTTP GET /admin on plain.test is not allowed")
+}
+
+// TestTimeBudget: once the run's network time is over, open connections
+// are cut and new ones refused, with the reason.
+func TestTimeBudget(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	port := loopbackPort(t, srv.URL)
+	sb := newSandbox(t, Config{Egress: egress.Config{Allow: []string{"plain.test:" + port}, Hosts: loopback},
+		Budget: Budget{Time: 300 * time.Millisecond}})
+	_, as, err := sb.query("plain.test", dnsmessage.TypeA)
+	if err != nil || len(as) != 1 {
+		t.Fatal(as, err)
+	}
+	held := mustDial(t, sb, as[0].String()+":"+port) // open, silent: waits for its first bytes
+	defer held.Close()
+	time.Sleep(400 * time.Millisecond)
+	held.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var ne net.Error
+	if _, err := held.Read(make([]byte, 1)); err == nil || errors.As(err, &ne) && ne.Timeout() {
+		t.Errorf("a connection outlived the time budget: %v", err)
+	}
+	sb.refusedDial(as[0].String()+":"+port, "GET / HTTP/1.1\r\nHost: plain.test\r\n\r\n")
+	sb.refusal("budget: the network time of 300ms is over")
 }
