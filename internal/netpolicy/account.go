@@ -42,17 +42,18 @@ type account struct {
 	omitted int
 }
 
-// add records e (bytes may still be added to it) or counts it as omitted.
-func (a *account) add(e Entry) *Entry {
+// add records e (bytes may still be added to it) or, past MaxEntries,
+// counts it as omitted (kept is false).
+func (a *account) add(e Entry) (_ *Entry, kept bool) {
 	e.Time = time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.entries) >= MaxEntries {
 		a.omitted++
-		return &e
+		return &e, false
 	}
 	a.entries = append(a.entries, &e)
-	return &e
+	return &e, true
 }
 
 // finish stores the byte counts of an admitted connection's entry.

@@ -166,7 +166,7 @@ func (g *Gateway) serve(c net.Conn, name, port string, e Entry) {
 		return
 	}
 	defer up.Close()
-	entry := g.account.add(e)
+	entry, _ := g.account.add(e)
 	uc := &counted{Conn: up, g: g, in: true}
 	defer func() { g.account.finish(entry, cc.n.Load(), uc.n.Load(), cc.reason()+uc.reason()) }()
 	if head != nil {

@@ -165,7 +165,9 @@ func truncated(q []byte) []byte {
 // refuse logs a refusal and records it.
 func (g *Gateway) refuse(e Entry, err error) {
 	e.Refused = err.Error()
-	g.account.add(e)
+	if _, kept := g.account.add(e); !kept {
+		return // a flood of refusals is counted, not logged line by line
+	}
 	if errors.Is(err, egress.ErrRefused) || errors.Is(err, errRefused) {
 		g.log.Warn("network refused", "proto", e.Proto, "host", e.Host, "dest", e.Dest, "reason", e.Refused)
 	} else {

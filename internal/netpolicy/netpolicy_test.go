@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -463,3 +464,47 @@ func TestTimeBudget(t *testing.T) {
 	sb.refusedDial(as[0].String()+":"+port, "GET / HTTP/1.1\r\nHost: plain.test\r\n\r\n")
 	sb.refusal("budget: the network time of 300ms is over")
 }
+
+// TestRefusalFloodBounded: a program that sprays datagrams (or SYNs) at
+// refused destinations costs the log MaxEntries entries and the server's
+// log as many lines; the rest are counted.
+func TestRefusalFloodBounded(t *testing.T) {
+	var lines atomic.Int64
+	sb := newSandbox(t, Config{Egress: egress.Config{Allow: []string{"pypi.org:443"}},
+		Logger: slog.New(countHandler{&lines})})
+	const n = 3 * MaxEntries
+	for i := range n {
+		dst := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4([4]byte{1, 1, byte(i >> 8), byte(i)}), Port: 9}
+		uc, err := gonet.DialUDP(sb.s, nil, &dst, ipv4.ProtocolNumber)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uc.Write([]byte("x"))
+		uc.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l := sb.g.Log()
+		if len(l.Entries)+l.Omitted == n {
+			if len(l.Entries) != MaxEntries || lines.Load() != MaxEntries {
+				t.Fatalf("%d entries, %d log lines for %d refusals; want %d", len(l.Entries), lines.Load(), n, MaxEntries)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries + %d omitted, want %d", len(l.Entries), l.Omitted, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// countHandler counts log records.
+type countHandler struct{ n *atomic.Int64 }
+
+func (h countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countHandler) Handle(context.Context, slog.Record) error {
+	h.n.Add(1)
+	return nil
+}
+func (h countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countHandler) WithGroup(string) slog.Handler      { return h }
