@@ -189,8 +189,13 @@ func (g *Gateway) serve(c net.Conn, name, port string, e Entry) {
 			return
 		}
 	}
-	netcopy.Splice(cc, uc, g.idle)
+	netcopy.SpliceBuffer(cc, uc, g.idle, copyBuffer)
 }
+
+// copyBuffer is the copy buffer each way of a proxied connection: 256 KiB
+// moved a download 1.6x as fast as netcopy's 32 KiB (BENCHMARKS.md), at
+// most Budget.Open * 512 KiB per gateway.
+const copyBuffer = 256 << 10
 
 // serveHTTP forwards requests one by one, each checked against the
 // host's method and path rules, on one upstream connection.
