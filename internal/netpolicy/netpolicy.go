@@ -204,6 +204,13 @@ func newStack() *stack.Stack {
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
 	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 4 << 20, Max: 8 << 20}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
+	// TIME-WAIT of 1 s, not netstack's 60: the gateway closes first (the
+	// upstream ended), and a program that connects again from the same
+	// port got no answer to its SYN until the old connection's TIME-WAIT
+	// ended. The tun is a point-to-point link that neither delays nor
+	// duplicates segments, the hazard TIME-WAIT guards against.
+	tw := tcpip.TCPTimeWaitTimeoutOption(time.Second)
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &tw)
 	mod := tcpip.TCPModerateReceiveBufferOption(true)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &mod)
 	return s

@@ -55,7 +55,7 @@ func newNetns(tb testing.TB, cfg Config, mtu uint32) *netns {
 			ready <- fmt.Errorf("unshare: %w", err)
 			return
 		}
-		fd, err := openTun(tunName)
+		fd, err := OpenTun(tunName)
 		if err != nil {
 			ready <- err
 			return
@@ -90,26 +90,6 @@ func newNetns(tb testing.TB, cfg Config, mtu uint32) *netns {
 	return n
 }
 
-// openTun creates the tun name (IFF_TUN|IFF_NO_PI: bare IP packets, as
-// fdbased reads them) and returns its fd, non-blocking.
-func openTun(name string) (int, error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open /dev/net/tun: %w", err)
-	}
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
-	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("TUNSETIFF %s: %w", name, err)
-	}
-	return fd, nil
-}
-
 // run executes f on the namespace's thread.
 func (n *netns) run(f func()) {
 	done := make(chan struct{})
@@ -117,9 +97,8 @@ func (n *netns) run(f func()) {
 	<-done
 }
 
-// lookup asks the gateway's DNS from inside the namespace over the
-// kernel's UDP (as a program's libc resolver would, resolv.conf naming
-// GatewayAddr). Call it on the namespace's thread.
+// lookupA asks the gateway's DNS from inside the namespace over the
+// kernel's UDP (as a program's libc resolver would, with ResolvConf). Call it on the namespace's thread.
 func lookupA(name string) (string, error) {
 	c, err := net.Dial("udp", net.JoinHostPort(GatewayAddr.String(), "53"))
 	if err != nil {
