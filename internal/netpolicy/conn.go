@@ -39,11 +39,19 @@ func (g *Gateway) forwardTCP(r *tcp.ForwarderRequest) {
 	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 	e := Entry{Proto: "tcp", Dest: dst.String()}
 	if dst.Addr() == GatewayAddr && dst.Port() == 53 {
-		c, err := g.accept(r)
-		if err != nil {
+		if !g.dnsFlow(dst.String()) {
+			r.Complete(true)
 			return
 		}
-		g.wg.Go(func() { g.serveDNSTCP(c, dst.String()) })
+		c, err := g.accept(r)
+		if err != nil {
+			<-g.dns
+			return
+		}
+		g.wg.Go(func() {
+			defer func() { <-g.dns }()
+			g.serveDNSTCP(c, dst.String())
+		})
 		return
 	}
 	name, ok := g.names.name(dst.Addr())

@@ -36,14 +36,19 @@ func (g *Gateway) forwardUDP(r *udp.ForwarderRequest) bool {
 		g.refuse(Entry{Proto: "udp", Dest: dst.String()}, refusedf("raw UDP to %s dropped; only DNS to %s is answered", dst, GatewayAddr))
 		return true
 	}
+	if !g.dnsFlow(dst.String()) {
+		return true
+	}
 	var wq waiter.Queue
 	ep, err := r.CreateEndpoint(&wq)
 	if err != nil {
+		<-g.dns
 		g.log.Info("network gateway: dns endpoint", "err", err.String())
 		return true
 	}
 	c := gonet.NewUDPConn(&wq, ep)
 	g.wg.Go(func() {
+		defer func() { <-g.dns }()
 		defer c.Close()
 		defer context.AfterFunc(g.ctx, func() { c.Close() })()
 		buf := make([]byte, 1500)
@@ -62,6 +67,22 @@ func (g *Gateway) forwardUDP(r *udp.ForwarderRequest) bool {
 		}
 	})
 	return true
+}
+
+// MaxDNSFlows bounds the DNS flows (a UDP source port, a TCP connection)
+// served at once: each holds an endpoint and a goroutine until it is idle
+// for dnsIdle, and a program could otherwise open one per source port.
+const MaxDNSFlows = 64
+
+// dnsFlow takes a DNS flow's place, or refuses the flow when all are taken.
+func (g *Gateway) dnsFlow(dest string) bool {
+	select {
+	case g.dns <- struct{}{}:
+		return true
+	default:
+		g.refuse(Entry{Proto: "dns", Dest: dest}, refusedf("dns: %d flows open at once", MaxDNSFlows))
+		return false
+	}
 }
 
 // serveDNSTCP serves DNS over TCP (RFC 7766: length-prefixed messages).

@@ -546,3 +546,20 @@ func TestPortReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestDNSFlowsBounded: a program that asks from ever new source ports
+// holds at most MaxDNSFlows flows of the gateway (an endpoint and a
+// goroutine each); the next is refused, with the reason.
+func TestDNSFlowsBounded(t *testing.T) {
+	sb := newSandbox(t, Config{Egress: egress.Config{Allow: []string{"pypi.org:443"}}})
+	gw := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(GatewayAddr.As4()), Port: 53}
+	for range MaxDNSFlows + 8 {
+		c, err := gonet.DialUDP(sb.s, nil, &gw, ipv4.ProtocolNumber)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("not even a query"))
+	}
+	sb.refusal("dns: 64 flows open at once")
+}
