@@ -117,6 +117,7 @@ func (g *Gateway) accept(r *tcp.ForwarderRequest) (net.Conn, error) {
 		return nil, fmt.Errorf("accept: %s", terr)
 	}
 	r.Complete(false)
+	ep.SocketOptions().SetDelayOption(false) // no Nagle: the proxy writes what it read, at once
 	return gonet.NewTCPConn(&wq, ep), nil
 }
 

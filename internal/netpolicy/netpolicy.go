@@ -206,14 +206,14 @@ func newStack() *stack.Stack {
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
 	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 4 << 20, Max: 8 << 20}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
-	// TIME-WAIT of 100 ms, not netstack's 60 s: the gateway closes first
+	// TIME-WAIT of 10 ms, not netstack's 60 s: the gateway closes first
 	// (the upstream ended), and netstack hands a new SYN on a TIME-WAIT
 	// 4-tuple only to a listening endpoint, never to the forwarder, so a
 	// program that connected again from the same port got no answer until
 	// the TIME-WAIT ended (a benchmark connect hung 63 s). The tun is a
 	// point-to-point link that neither delays nor duplicates segments, the
 	// hazard TIME-WAIT guards against.
-	tw := tcpip.TCPTimeWaitTimeoutOption(100 * time.Millisecond)
+	tw := tcpip.TCPTimeWaitTimeoutOption(10 * time.Millisecond)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &tw)
 	mod := tcpip.TCPModerateReceiveBufferOption(true)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &mod)
