@@ -529,8 +529,11 @@ func TestPortReuse(t *testing.T) {
 	for i := range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		c, err := gonet.DialTCPWithBind(ctx, sb.s, local, remote, ipv4.ProtocolNumber)
-		for err != nil && strings.Contains(err.Error(), "port is in use") && ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond) // our own side's last ACK
+		// Our own side's last ACK holds the port a moment; a SYN that
+		// meets the gateway's old connection before its TIME-WAIT (10 ms)
+		// is reset. Both clear at once: a 60 s TIME-WAIT does not.
+		for err != nil && (strings.Contains(err.Error(), "port is in use") || strings.Contains(err.Error(), "refused")) && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
 			c, err = gonet.DialTCPWithBind(ctx, sb.s, local, remote, ipv4.ProtocolNumber)
 		}
 		cancel()
