@@ -64,7 +64,9 @@ func SpliceBuffer(a, b net.Conn, idle time.Duration, size int) {
 // copyIdle copies src to dst until EOF (nil) or an error; a read that
 // waits idle fails the copy unless the other direction moved meanwhile.
 func copyIdle(dst, src net.Conn, idle time.Duration, size int, last *atomic.Int64) error {
-	buf := make([]byte, size)
+	bp := getBuffer(size)
+	defer bufPool(size).Put(bp)
+	buf := *bp
 	if idle <= 0 {
 		_, err := io.CopyBuffer(dst, src, buf)
 		return err
@@ -90,6 +92,21 @@ func copyIdle(dst, src net.Conn, idle time.Duration, size int, last *atomic.Int6
 		}
 	}
 }
+
+// bufPools holds a sync.Pool of copy buffers per size: a gateway's
+// connections are short, and allocating 2 x 256 KiB for each was most of
+// what a connection allocated.
+var bufPools sync.Map // int -> *sync.Pool of *[]byte
+
+func bufPool(size int) *sync.Pool {
+	if p, ok := bufPools.Load(size); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := bufPools.LoadOrStore(size, &sync.Pool{New: func() any { b := make([]byte, size); return &b }})
+	return p.(*sync.Pool)
+}
+
+func getBuffer(size int) *[]byte { return bufPool(size).Get().(*[]byte) }
 
 // WithIdle makes every Read and Write of c fail once it waited d: for
 // request/response exchanges (a proxied plain-HTTP request), where one side
