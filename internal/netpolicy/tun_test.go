@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandcell/sandcell/internal/egress"
@@ -190,6 +192,27 @@ func TestTunConfinesProgram(t *testing.T) {
 		}
 	})
 	sb.refusal("raw UDP to 8.8.8.8:53 dropped")
+	// ICMP (ping tunnels): an echo to the outside is answered by no one.
+	n.run(func() {
+		c, lerr := icmp.ListenPacket("ip4:icmp", "0.0.0.0")
+		if lerr != nil {
+			err = lerr
+			return
+		}
+		defer c.Close()
+		m := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: 1, Seq: 1, Data: []byte("exfiltrate")}}
+		b, _ := m.Marshal(nil)
+		if _, err = c.WriteTo(b, &net.IPAddr{IP: net.ParseIP("1.1.1.1")}); err != nil {
+			return
+		}
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if k, from, rerr := c.ReadFrom(make([]byte, 1500)); rerr == nil {
+			t.Errorf("an ICMP echo to 1.1.1.1 was answered: %d bytes from %v", k, from)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	n.run(func() { _, err = lookupA("evil.test") })
 	if err == nil || !strings.Contains(err.Error(), "Refused") {
 		t.Errorf("lookup of an unlisted name: %v, want REFUSED", err)
