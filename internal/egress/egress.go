@@ -60,7 +60,8 @@ var ErrRefused = errors.New("egress refused")
 type Config struct {
 	// Allow are the host:port pairs that may be reached, e.g.
 	// "pypi.org:443". Hosts are DNS names (case-insensitive, a trailing
-	// dot ignored); IP literals are refused by New.
+	// dot ignored); IP literals are refused by New. "*.example.com:443"
+	// allows every name under example.com (not example.com itself).
 	Allow []string
 	// Hosts maps names to the addresses to use instead of DNS. The
 	// operator sets them (--egress-host NAME=IP): such an address may be
@@ -94,6 +95,7 @@ type Config struct {
 // Proxy is a running policy. Serve it on a listener; Close ends it.
 type Proxy struct {
 	allow   map[string]bool // "host:port", host normalised
+	wild    map[string]bool // "suffix:port" of "*.suffix:port" entries
 	hosts   map[string][]netip.Addr
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -112,23 +114,27 @@ const maxRefusals = 8
 
 // New checks cfg and makes a proxy.
 func New(cfg Config) (*Proxy, error) {
-	p := &Proxy{allow: map[string]bool{}, hosts: map[string][]netip.Addr{}, conns: netcopy.NewConns(cfg.MaxConns),
+	p := &Proxy{allow: map[string]bool{}, wild: map[string]bool{}, hosts: map[string][]netip.Addr{}, conns: netcopy.NewConns(cfg.MaxConns),
 		idle: cfg.IdleTimeout, refused: cfg.Refused}
 	if p.idle <= 0 {
 		p.idle = netcopy.Idle
 	}
 	for _, hp := range cfg.Allow {
+		allow := p.allow
+		if rest, ok := strings.CutPrefix(hp, "*."); ok {
+			hp, allow = rest, p.wild
+		}
 		host, port, err := splitTarget(hp, "")
 		if err != nil {
 			return nil, fmt.Errorf("allow %q: %w", hp, err)
 		}
-		if _, err := netip.ParseAddr(host); err == nil {
+		if _, err := netip.ParseAddr(host); err == nil || looksNumeric(host) {
 			return nil, fmt.Errorf("allow %q: an IP address; allow a name (and map it with a host entry if it has no DNS)", hp)
 		}
-		p.allow[net.JoinHostPort(host, port)] = true
+		allow[net.JoinHostPort(host, port)] = true
 	}
 	for name, addrs := range cfg.Hosts {
-		n := normHost(name)
+		n := NormHost(name)
 		if !validName(n) || len(addrs) == 0 {
 			return nil, fmt.Errorf("host %q: a DNS name with at least one address", name)
 		}
@@ -279,28 +285,82 @@ func (p *Proxy) Check(ctx context.Context, target, defPort string) ([]netip.Addr
 		// 2130706433 or 0x7f.1 that some resolvers turn into addresses.
 		return nil, "", fmt.Errorf("%w: %s is an IP address; only allowlisted names are reached", ErrRefused, host)
 	}
-	hp := net.JoinHostPort(host, port)
-	if !p.allow[hp] {
-		return nil, "", fmt.Errorf("%w: %s is not on the allowlist", ErrRefused, hp)
+	if !p.Allowed(host, port) {
+		return nil, "", fmt.Errorf("%w: %s is not on the allowlist", ErrRefused, net.JoinHostPort(host, port))
 	}
+	addrs, err := p.lookup(ctx, host)
+	return addrs, port, err
+}
+
+// Allowed reports whether host (normalised: lower case, no trailing dot)
+// may be reached on port, by an exact entry or a "*.suffix" one; port ""
+// asks whether any port of host is allowed (a DNS answer).
+func (p *Proxy) Allowed(host, port string) bool {
+	if port == "" {
+		for hp := range p.allow {
+			if h, _, _ := net.SplitHostPort(hp); h == host {
+				return true
+			}
+		}
+		for hp := range p.wild {
+			if h, _, _ := net.SplitHostPort(hp); strings.HasSuffix(host, "."+h) {
+				return true
+			}
+		}
+		return false
+	}
+	if p.allow[net.JoinHostPort(host, port)] {
+		return true
+	}
+	for i := strings.IndexByte(host, '.'); i >= 0; i = strings.IndexByte(host, '.') {
+		host = host[i+1:]
+		if p.wild[net.JoinHostPort(host, port)] {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckName applies the policy to a name whatever the port, as a DNS
+// answer needs: an IP literal or a name allowed on no port is refused; an
+// allowed name resolves to the operator's mapping or to public addresses
+// only (DNS rebinding). It returns the name normalised and its addresses.
+func (p *Proxy) CheckName(ctx context.Context, name string) (string, []netip.Addr, error) {
+	host := NormHost(name)
+	if _, err := netip.ParseAddr(host); err == nil || looksNumeric(host) {
+		return host, nil, fmt.Errorf("%w: %s is an IP address; only allowlisted names are reached", ErrRefused, host)
+	}
+	if !validName(host) {
+		return host, nil, fmt.Errorf("%w: %q: bad host name", ErrRefused, name)
+	}
+	if !p.Allowed(host, "") {
+		return host, nil, fmt.Errorf("%w: %s is not on the allowlist", ErrRefused, host)
+	}
+	addrs, err := p.lookup(ctx, host)
+	return host, addrs, err
+}
+
+// lookup resolves an allowed host: the operator's mapping, else DNS whose
+// every answer must be public.
+func (p *Proxy) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
 	if addrs, ok := p.hosts[host]; ok {
-		return addrs, port, nil // the operator's own mapping
+		return slices.Clone(addrs), nil // the operator's own mapping
 	}
 	addrs, err := p.resolve(ctx, host)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: resolve %s: %v", ErrRefused, host, err)
+		return nil, fmt.Errorf("%w: resolve %s: %v", ErrRefused, host, err)
 	}
 	if len(addrs) == 0 {
-		return nil, "", fmt.Errorf("%w: %s has no address", ErrRefused, host)
+		return nil, fmt.Errorf("%w: %s has no address", ErrRefused, host)
 	}
 	for i, a := range addrs {
 		a = a.Unmap()
 		addrs[i] = a
 		if !Public(a) {
-			return nil, "", fmt.Errorf("%w: %s resolves to %s, a non-public address (DNS rebinding?); map the name with a host entry to allow it", ErrRefused, host, a)
+			return nil, fmt.Errorf("%w: %s resolves to %s, a non-public address (DNS rebinding?); map the name with a host entry to allow it", ErrRefused, host, a)
 		}
 	}
-	return addrs, port, nil
+	return addrs, nil
 }
 
 // Public reports whether a is a public unicast address: not loopback,
@@ -350,14 +410,16 @@ func splitTarget(target, defPort string) (host, port string, err error) {
 	if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
 		return "", "", fmt.Errorf("%q: bad port", target)
 	}
-	host = normHost(host)
+	host = NormHost(host)
 	if _, err := netip.ParseAddr(host); err != nil && !validName(host) {
 		return "", "", fmt.Errorf("%q: bad host name", target)
 	}
 	return host, port, nil
 }
 
-func normHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
+// NormHost is a host name as the policy compares it: lower case, no
+// trailing dot.
+func NormHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
 
 // validName is a DNS name of letters, digits, hyphens and dots.
 func validName(h string) bool {

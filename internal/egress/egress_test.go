@@ -294,3 +294,49 @@ func TestConnectRaw(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestWildcardAndCheckName: "*.suffix:port" allows the names under suffix
+// (not suffix itself, not a name that merely ends in the same letters);
+// CheckName answers for a name on any allowed port with the same rules as
+// Check (IP literals, rebinding, the operator's mapping), as the DNS of a
+// sandbox's network gateway needs.
+func TestWildcardAndCheckName(t *testing.T) {
+	p, err := New(Config{
+		Allow: []string{"*.github.com:443", "mirror.test:8080", "rebind.test:443"},
+		Hosts: map[string][]netip.Addr{"mirror.test": addrs("127.0.0.1")},
+		Resolve: fakeDNS(map[string][]netip.Addr{
+			"api.github.com": addrs("140.82.112.5"), "a.b.github.com": addrs("140.82.112.6"),
+			"github.com": addrs("140.82.112.3"), "evilgithub.com": addrs("1.2.3.4"),
+			"rebind.test": addrs("10.0.0.1"),
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for target, ok := range map[string]bool{
+		"api.github.com:443": true, "A.B.GitHub.com.:443": true,
+		"github.com:443": false, "evilgithub.com:443": false, "api.github.com:80": false,
+	} {
+		if _, _, err := p.Check(context.Background(), target, ""); (err == nil) != ok {
+			t.Errorf("Check(%s): %v, want allowed %v", target, err, ok)
+		}
+	}
+	for name, why := range map[string]string{
+		"api.github.com": "", "mirror.test.": "", "Mirror.Test": "",
+		"github.com": "not on the allowlist", "evil.example": "not on the allowlist",
+		"127.0.0.1": "IP address", "rebind.test": "non-public", "bad_name": "bad host name",
+	} {
+		host, a, err := p.CheckName(context.Background(), name)
+		switch {
+		case why == "" && (err != nil || len(a) == 0):
+			t.Errorf("CheckName(%s): %v, want addresses", name, err)
+		case why != "" && (err == nil || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), why)):
+			t.Errorf("CheckName(%s): %v, want a refusal with %q", name, err, why)
+		case why == "" && host != strings.TrimSuffix(strings.ToLower(name), "."):
+			t.Errorf("CheckName(%s) named it %q", name, host)
+		}
+	}
+	if _, err := New(Config{Allow: []string{"*.1:443"}}); err == nil {
+		t.Error("New accepted a wildcard over IP addresses")
+	}
+}

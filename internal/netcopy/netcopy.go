@@ -36,12 +36,17 @@ const (
 // half-close, closes both. With idle > 0 both are closed once no byte
 // moved either way for idle (a half-closed connection included): a
 // connection held open and silent does not hold its fds for ever.
-func Splice(a, b net.Conn, idle time.Duration) {
+func Splice(a, b net.Conn, idle time.Duration) { SpliceBuffer(a, b, idle, 32<<10) }
+
+// SpliceBuffer is Splice with a copy buffer of size bytes each way: a
+// user-space TCP stack (the network gateway of package netpolicy) moves
+// data in fewer, larger segments with a larger one.
+func SpliceBuffer(a, b net.Conn, idle time.Duration, size int) {
 	var last atomic.Int64 // when a byte last moved, either way (UnixNano)
 	last.Store(time.Now().UnixNano())
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
-		err := copyIdle(dst, src, idle, &last)
+		err := copyIdle(dst, src, idle, size, &last)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == nil {
 			cw.CloseWrite()
 		} else {
@@ -58,12 +63,14 @@ func Splice(a, b net.Conn, idle time.Duration) {
 
 // copyIdle copies src to dst until EOF (nil) or an error; a read that
 // waits idle fails the copy unless the other direction moved meanwhile.
-func copyIdle(dst, src net.Conn, idle time.Duration, last *atomic.Int64) error {
+func copyIdle(dst, src net.Conn, idle time.Duration, size int, last *atomic.Int64) error {
+	bp := getBuffer(size)
+	defer bufPool(size).Put(bp)
+	buf := *bp
 	if idle <= 0 {
-		_, err := io.Copy(dst, src)
+		_, err := io.CopyBuffer(dst, src, buf)
 		return err
 	}
-	buf := make([]byte, 32<<10)
 	for {
 		src.SetReadDeadline(time.Now().Add(idle))
 		n, err := src.Read(buf)
@@ -85,6 +92,21 @@ func copyIdle(dst, src net.Conn, idle time.Duration, last *atomic.Int64) error {
 		}
 	}
 }
+
+// bufPools holds a sync.Pool of copy buffers per size: a gateway's
+// connections are short, and allocating 2 x 256 KiB for each was most of
+// what a connection allocated.
+var bufPools sync.Map // int -> *sync.Pool of *[]byte
+
+func bufPool(size int) *sync.Pool {
+	if p, ok := bufPools.Load(size); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := bufPools.LoadOrStore(size, &sync.Pool{New: func() any { b := make([]byte, size); return &b }})
+	return p.(*sync.Pool)
+}
+
+func getBuffer(size int) *[]byte { return bufPool(size).Get().(*[]byte) }
 
 // WithIdle makes every Read and Write of c fail once it waited d: for
 // request/response exchanges (a proxied plain-HTTP request), where one side
