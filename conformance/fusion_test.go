@@ -110,7 +110,9 @@ func TestFusionEndToEnd(t *testing.T) {
 			t.Errorf("status %v, want Failed", m["status"])
 		}
 		p := fusionPhase(t, "run_result", m["run_result"], "TimeLimitExceeded", nil, "start\n")
-		if s, _ := p["execution_time"].(float64); s < 1 || s > 3 {
+		// The limit is both wall clock and CPU time: the CPU clock can
+		// end it a few ms before a wall second has passed.
+		if s, _ := p["execution_time"].(float64); s < 0.9 || s > 3 {
 			t.Errorf("execution_time %v, want about 1 s", s)
 		}
 	})
