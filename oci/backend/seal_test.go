@@ -48,8 +48,10 @@ func TestSelfExeIsSealed(t *testing.T) {
 	if err := syscall.Stat(self, &host); err != nil {
 		t.Fatal(err)
 	}
+	// A static test binary (the cgroup v2 VM's) needs no libseccomp; the
+	// guest has none to give.
 	lib, err := os.ReadFile("/lib/x86_64-linux-gnu/libseccomp.so.2")
-	if err != nil {
+	if err != nil && !os.IsNotExist(err) {
 		t.Fatalf("the test binary's libseccomp: %v", err)
 	}
 	for name, newEnv := range map[string]func(testing.TB) *testEnv{"runc": newTestEnv, "forkserver": newForkEnv} {
@@ -58,7 +60,9 @@ func TestSelfExeIsSealed(t *testing.T) {
 			res := e.run(t, "python", "", limits.Set{}, func(r *oci.Request) {
 				r.Args = []string{"/proc/self/exe"}
 				r.Env = []string{selfExeEnv + "=1", "LD_LIBRARY_PATH=/work"}
-				r.Files = append(r.Files, api.File{Path: "libseccomp.so.2", Data: lib, Mode: 0o644})
+				if lib != nil {
+					r.Files = append(r.Files, api.File{Path: "libseccomp.so.2", Data: lib, Mode: 0o644})
+				}
 			})
 			if name == "runc" && res.Status == api.StatusError && res.ExitCode == 255 && res.Stdout == "" {
 				// On the libcontainer path the program is forked by the

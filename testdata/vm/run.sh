@@ -132,7 +132,10 @@ for pkg in oci/backend limits; do
 	name=$pkg; [ "$pkg" = oci/backend ] && name=oci
 	(cd "$repo" && CGO_ENABLED=1 "$GO" test -c -tags "$tags" -ldflags '-extldflags=-static' -o "$bin/$name.test" "./$pkg")
 done
-gcc -static -O2 -o "$bin/syscalls-probe" "$repo/testdata/probes/syscalls.c"
+mkdir -p "$bin/probes"
+for src in "$repo"/testdata/probes/*.c; do
+	gcc -static -O2 -o "$bin/probes/$(basename "$src" .c)" "$src"
+done
 install -m 755 "$here/guest/gcc" "$bin/gcc"
 # runsc for oci's gvisor subtests, when the host has it (Debian's is static).
 if r=$(command -v runsc) && ! ldd "$r" >/dev/null 2>&1; then
