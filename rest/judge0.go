@@ -613,11 +613,16 @@ func (j *judge0) finish(sub *submission, o judge0Outcome) {
 		j.failed.Add(1)
 	}
 	if sub.in.callbackURL != nil && j.callbacks != nil {
-		j.wg.Add(1)
-		go func() {
-			defer j.wg.Done()
-			j.callback(sub)
-		}()
+		select {
+		case j.callbacks.slots <- struct{}{}:
+			j.wg.Add(1)
+			go func() {
+				defer func() { <-j.callbacks.slots; j.wg.Done() }()
+				j.callback(sub)
+			}()
+		default:
+			j.h.log.Warn("judge0 callback dropped: too many under way", "token", sub.token, "in_flight", judge0CallbacksInFlight)
+		}
 	}
 }
 

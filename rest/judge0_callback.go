@@ -31,12 +31,17 @@ import (
 const (
 	judge0CallbackTries   = 3
 	judge0CallbackTimeout = 5 * time.Second
+	// judge0CallbacksInFlight bounds the callbacks under way at once: each
+	// may take tries x timeout against a slow host a client named, and a
+	// flood of submissions must not pile up goroutines and bodies for it.
+	judge0CallbacksInFlight = 64
 )
 
 // callbacker PUTs results to allowlisted hosts.
 type callbacker struct {
 	policy *egress.Proxy
 	client *http.Client
+	slots  chan struct{} // judge0CallbacksInFlight
 }
 
 func newCallbacker(cfg egress.Config) (*callbacker, error) {
@@ -54,7 +59,7 @@ func newCallbacker(cfg egress.Config) (*callbacker, error) {
 		},
 		MaxIdleConns: 4, IdleConnTimeout: 30 * time.Second, TLSHandshakeTimeout: judge0CallbackTimeout,
 	}
-	return &callbacker{policy: p, client: &http.Client{Transport: tr, Timeout: judge0CallbackTimeout,
+	return &callbacker{policy: p, slots: make(chan struct{}, judge0CallbacksInFlight), client: &http.Client{Transport: tr, Timeout: judge0CallbackTimeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}, nil
 }
 

@@ -15,6 +15,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -394,5 +396,44 @@ func TestJudge0BinaryOutput(t *testing.T) {
 		`{"language_id": 71, "source_code": "eA==", "expected_output": "`+base64.StdEncoding.EncodeToString([]byte("a\uFFFDb"))+`"}`, nil)
 	if obj(t, v)["status_id"] != 4.0 {
 		t.Errorf("expected the cleaned text: %v, want Wrong Answer", v)
+	}
+}
+
+// TestJudge0CallbacksInFlightBounded: callbacks to a target that holds
+// every request are at most judge0CallbacksInFlight at once; the rest are
+// dropped, not queued as goroutines holding their bodies.
+func TestJudge0CallbacksInFlightBounded(t *testing.T) {
+	var arrived atomic.Int64
+	release := make(chan struct{})
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		<-release
+	}))
+	defer cb.Close()
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free() // before cb.Close, which waits for the held requests
+	_, port, _ := net.SplitHostPort(cb.Listener.Addr().String())
+	ts, fe, _ := newTestServer(t, func(o *Options) {
+		o.Judge0Callbacks = egress.Config{Allow: []string{"callback.test:" + port},
+			Hosts: map[string][]netip.Addr{"callback.test": {netip.MustParseAddr("127.0.0.1")}}}
+	})
+	t.Cleanup(free) // before the server's Close waits for its callbacks
+	fe.run = hello
+	n := judge0CallbacksInFlight + 16
+	for i := range n {
+		status, _, v := do(t, "POST", ts.URL+"/submissions?wait=true", `{"language_id": 71, "source_code": "x",
+			"callback_url": "http://callback.test:`+port+`/done"}`, nil)
+		if status != 201 {
+			t.Fatalf("submission %d: HTTP %d %v", i, status, v)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for arrived.Load() < judge0CallbacksInFlight && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // room for any beyond the bound to arrive
+	if got := arrived.Load(); got != judge0CallbacksInFlight {
+		t.Errorf("%d callbacks under way for %d finished submissions, want the bound %d", got, n, judge0CallbacksInFlight)
 	}
 }
