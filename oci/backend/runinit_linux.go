@@ -50,7 +50,9 @@ func programStatus(ws syscall.WaitStatus, status *os.File) syscall.WaitStatus {
 		return ws
 	}
 	return syscall.WaitStatus(int32(le32(buf[1:5])))
-} // initCode is the run's init for runs libcontainer starts (zygote.InitELF),
+}
+
+// initCode is the run's init for runs libcontainer starts (zygote.InitELF),
 // made once.
 var initCode = sync.OnceValues(zygote.InitELF)
 
