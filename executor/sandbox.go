@@ -192,3 +192,12 @@ func (e *Executor) sandboxLimits(lang rootfs.Language, req api.Limits) (limits.S
 	lim.Timeout, lim.CPUTime = 0, 0
 	return lim, notes, nil
 }
+
+// ProcessEnv is the environment of a process of the sandbox run as the
+// user named with its home, under the one rule: the sandbox's (the plan's:
+// image, language, dependency layer, the sandbox's own), then the user's
+// HOME, USER and LOGNAME, then the process's own (KEY=VALUE), each later
+// one winning for a key they share.
+func (s *StartedSandbox) ProcessEnv(user, home string, own []string) []string {
+	return mergeEnv(mergeEnv(s.Env, []string{"HOME=" + home, "USER=" + user, "LOGNAME=" + user}), own)
+}

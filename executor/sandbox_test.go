@@ -168,3 +168,15 @@ func TestStartSandboxRefusals(t *testing.T) {
 		t.Errorf("backend failure: %v", err)
 	}
 }
+
+// A process's environment: the sandbox's, the user's, the process's own
+// last, no key twice.
+func TestSandboxProcessEnv(t *testing.T) {
+	sb := &StartedSandbox{Env: []string{"PATH=/bin", "HOME=/nowhere", "A=1"}}
+	env := sb.ProcessEnv("user", "/home/user", []string{"A=2", "USER=me"})
+	for k, want := range map[string]string{"PATH": "/bin", "HOME": "/home/user", "A": "2", "USER": "me", "LOGNAME": "user"} {
+		if v, once := envValue(env, k); v != want || !once {
+			t.Errorf("%s = %q (once: %v), want %q in %q", k, v, once, want, env)
+		}
+	}
+}

@@ -41,6 +41,9 @@ type fakeExec struct {
 	// cellLimitsErr refuses every cell's limits.
 	cellLimitsErr error
 	store         *fakeStore
+	// live starts live sandboxes (sandbox_fake_test.go; nil: a default
+	// one on first use).
+	live *fakeLive
 
 	mu       sync.Mutex
 	requests []executor.Request
