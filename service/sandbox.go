@@ -287,7 +287,7 @@ func (l *Live) CreateSandbox(ctx context.Context, spec api.SandboxSpec) (api.San
 		// A session's sandbox: /work starts as the session's files, copied
 		// under the session's lock (as a kernel's start), so no run or
 		// file tool of the session changes them half way.
-		err = l.s.locked(ctx, spec.Session, func(sess *workspace.Session) error {
+		err = l.s.withSession(ctx, spec.Session, func(sess *workspace.Session) error {
 			m := sess.Meta()
 			if req.Template == "" && req.Language == "" && req.Image == "" {
 				req.Language, req.Image = m.Language, m.Image
@@ -299,6 +299,9 @@ func (l *Live) CreateSandbox(ctx context.Context, spec api.SandboxSpec) (api.San
 		err = start()
 	}
 	if err != nil {
+		if again == nil {
+			_ = os.RemoveAll(dir)
+		}
 		return api.SandboxInfo{}, err
 	}
 	sb := &liveSandbox{l: l, st: st, id: id, procs: map[int]*liveProc{}, lifetime: life}
@@ -476,10 +479,13 @@ func (l *Live) end(sb *liveSandbox, why string, remove bool) error {
 		}
 	}
 	sb.mu.Unlock()
-	err := sb.st.Destroy()
-	if err != nil {
-		err = fmt.Errorf("destroy sandbox %s: %w", sb.id, err)
-		l.s.log.Error("live sandbox not destroyed", "sandbox", sb.id, "err", err)
+	var err error
+	if remove && sb.info.Session != "" {
+		err = l.saveWork(sb)
+	}
+	if derr := sb.st.Destroy(); derr != nil {
+		err = errors.Join(err, fmt.Errorf("destroy sandbox %s: %w", sb.id, derr))
+		l.s.log.Error("live sandbox not destroyed", "sandbox", sb.id, "err", derr)
 	}
 	if remove {
 		if rerr := os.RemoveAll(filepath.Join(l.dir(), sb.id)); rerr != nil {
@@ -488,6 +494,34 @@ func (l *Live) end(sb *liveSandbox, why string, remove bool) error {
 	}
 	l.s.log.Info("live sandbox ended", "sandbox", sb.id, "why", why)
 	return err
+}
+
+// saveWork makes a session's sandbox's /work the session's files again
+// as it ends: frozen first, so that no process changes it while it is
+// read, then saved under the session's lock as a run's /work is
+// (untrusted: workspace.Session.Save reads it without following links).
+func (l *Live) saveWork(sb *liveSandbox) error {
+	sb.mu.Lock()
+	perr := sb.pause()
+	sb.mu.Unlock()
+	if perr != nil {
+		l.s.log.Warn("sandbox not frozen before its /work is saved", "sandbox", sb.id, "err", perr)
+	}
+	root, err := sb.st.Root()
+	if err != nil {
+		return fmt.Errorf("sandbox %s's /work not saved to session %s: %w", sb.id, sb.info.Session, err)
+	}
+	defer root.Close()
+	// The sandbox's /work as the host reaches it: through its root's
+	// handle, in its mount namespace.
+	dir := fmt.Sprintf("/proc/self/fd/%d/work", root.Fd())
+	err = l.s.locked(context.Background(), sb.info.Session, func(sess *workspace.Session) error {
+		return (&sessionWork{sess: sess, log: l.s.log}).Save(dir)
+	})
+	if err != nil {
+		return fmt.Errorf("sandbox %s's /work not saved to session %s: %w", sb.id, sb.info.Session, err)
+	}
+	return nil
 }
 
 // find is the sandbox named id as it is (paused or not); one that died

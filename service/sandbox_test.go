@@ -210,6 +210,9 @@ func TestSandboxSpecRefusals(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Errorf("backend failure: %v", err)
 	}
+	if left, _ := os.ReadDir(e.dir); len(left) != 1 {
+		t.Errorf("%d sandbox directories, want the one sandbox's: a failed start left its own", len(left))
+	}
 }
 
 // At most Max sandboxes: the next is busy until one ends.
@@ -404,8 +407,29 @@ func TestSandboxInSession(t *testing.T) {
 	if err != nil || string(data) != "from the session" {
 		t.Errorf("/work/data.txt: %v %q", err, data)
 	}
+	if _, err := e.l.WriteFile(e.ctx, info.ID, "/work/made.txt", []byte("in the sandbox"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.read(sid, "made.txt"); ok {
+		t.Errorf("the session sees the sandbox's file while it lives")
+	}
+	if err := e.l.KillSandbox(e.ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := e.read(sid, "made.txt"); got != "in the sandbox" || !ok {
+		t.Errorf("the sandbox's /work was not saved to its session: %q %v", got, ok)
+	}
+	if got, _ := e.read(sid, "data.txt"); got != "from the session" {
+		t.Errorf("data.txt: %q", got)
+	}
+	if _, pauses, _, _ := e.live.box(0).state(); pauses != 1 {
+		t.Errorf("not frozen before the save: %d pauses", pauses)
+	}
 	_, err = e.l.CreateSandbox(e.ctx, api.SandboxSpec{Session: "nosuch"})
 	wantErr(t, "unknown session", err, api.ErrInvalid)
+	if left, _ := os.ReadDir(e.dir); len(left) != 0 {
+		t.Errorf("a sandbox that did not start left %d directories", len(left))
+	}
 }
 
 // Processes: argv and shell, the user, cwd and env; their output in
