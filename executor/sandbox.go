@@ -23,7 +23,9 @@ import (
 // live sandboxes and their processes.
 
 // DefaultTemplate is the template of a sandbox that names none: the sh
-// language's root (Debian's dash and coreutils, no bash).
+// language's root, the smallest (the Debian base every language shares:
+// libraries, dpkg, CA certificates, busybox for sh and its tools; no
+// bash).
 const DefaultTemplate = "sh"
 
 // ErrNoSandboxes: this server has no backend for live sandboxes

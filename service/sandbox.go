@@ -531,10 +531,16 @@ func (l *Live) find(id string) (*liveSandbox, error) {
 	sb, why := l.table[id], l.gone[id]
 	l.mu.Unlock()
 	if sb == nil {
-		if why != "" {
-			return nil, api.NotFound(fmt.Sprintf("sandbox %.40q ended: %s", id, why))
+		again := ""
+		if validID(id) {
+			if _, err := os.Stat(filepath.Join(l.dir(), id, "sandbox.json")); err == nil {
+				again = fmt.Sprintf("; its files are kept: create a sandbox with metadata %s %q to re-create it on them (its processes are gone)", SandboxIDKey, id)
+			}
 		}
-		return nil, api.NotFound(fmt.Sprintf("no sandbox %.40q (see the list of sandboxes)", id))
+		if why != "" {
+			return nil, api.NotFound(fmt.Sprintf("sandbox %.40q ended: %s%s", id, why, again))
+		}
+		return nil, api.NotFound(fmt.Sprintf("no sandbox %.40q runs (see the list of sandboxes)%s", id, again))
 	}
 	select {
 	case <-sb.st.Exited():

@@ -356,7 +356,7 @@ func TestSandboxDeath(t *testing.T) {
 		t.Errorf("a dead sandbox stays in the table")
 	}
 	_, err = e.l.Wait(e.ctx, info.ID, p.PID)
-	wantErr(t, "its process", err, api.ErrNotFound, "out of memory")
+	wantErr(t, "its process", err, api.ErrNotFound, "out of memory", "re-create it")
 	if _, err := os.Stat(filepath.Join(e.dir, info.ID, "sandbox.json")); err != nil {
 		t.Errorf("a dead sandbox's files are gone: %v", err)
 	}
@@ -382,6 +382,8 @@ func TestSandboxCloseAndRecreate(t *testing.T) {
 		t.Errorf("after Close: %v", err)
 	}
 	later := newLiveEnv(t, SandboxOptions{Dir: e.dir})
+	_, err = later.l.StartProcess(later.ctx, info.ID, api.ProcessSpec{Argv: []string{"echo"}})
+	wantErr(t, "a sandbox of before", err, api.ErrNotFound, "no sandbox", "metadata sandbox_id", "re-create it")
 	got := later.create(api.SandboxSpec{Metadata: map[string]string{SandboxIDKey: info.ID}})
 	if got.ID != info.ID || got.Template != "python" || !strings.Contains(strings.Join(got.Notes, ";"), "its processes are gone") {
 		t.Errorf("re-created: %+v", got)
