@@ -205,6 +205,7 @@ type liveSandbox struct {
 	// MaxProcesses); ringBytes is what the processes' rings hold.
 	startingProcs int
 	ringBytes     int64
+	followers     int // Events streams open
 	// ids are the host uid and gid of the default user and of root, from
 	// the owners of its home and of / (files.go), found on first use.
 	ids *sandboxIDs

@@ -18,6 +18,13 @@ import (
 // (SandboxOptions.RingBytes, and SandboxOptions.SandboxRingBytes for all of
 // a sandbox's), which Events replays from its start and then follows live.
 
+// maxEnded bounds the ended processes a sandbox lists (the latest);
+// maxFollowers the Events streams open on one sandbox at once.
+const (
+	maxEnded     = 1024
+	maxFollowers = 64
+)
+
 // maxStdinData bounds the input given with a process's start and one
 // SendInput.
 const maxStdinData = 1 << 20
@@ -210,10 +217,24 @@ func (p *liveProc) snapshot() api.ProcessInfo {
 // held).
 func (sb *liveSandbox) prune(keep time.Duration) {
 	now := sb.l.clock.Now()
+	var ended []*liveProc
 	for pid, p := range sb.procs {
-		if p.exit != nil && now.Sub(p.endedAt) > keep {
+		switch {
+		case p.exit == nil:
+		case now.Sub(p.endedAt) > keep:
 			p.forget()
 			delete(sb.procs, pid)
+		default:
+			ended = append(ended, p)
+		}
+	}
+	// At most maxEnded stay listed, the latest: a loop of short
+	// processes does not grow the table for a minute.
+	if len(ended) > maxEnded {
+		slices.SortFunc(ended, func(a, b *liveProc) int { return a.endedAt.Compare(b.endedAt) })
+		for _, p := range ended[:len(ended)-maxEnded] {
+			p.forget()
+			delete(sb.procs, p.info.PID)
 		}
 	}
 }
@@ -422,10 +443,22 @@ func (l *Live) Events(ctx context.Context, id string, pid int) (<-chan api.Proce
 	if err != nil {
 		return nil, err
 	}
+	sb.mu.Lock()
+	if sb.followers >= maxFollowers {
+		sb.mu.Unlock()
+		return nil, fmt.Errorf("%w: sandbox %s has %d event streams open, the most: close one", api.ErrBusy, id, maxFollowers)
+	}
+	sb.followers++
+	sb.mu.Unlock()
 	every := l.options().Keepalive
 	ch := make(chan api.ProcessEvent, 16)
 	go func() {
 		defer close(ch)
+		defer func() {
+			sb.mu.Lock()
+			sb.followers--
+			sb.mu.Unlock()
+		}()
 		send := func(ev api.ProcessEvent) bool {
 			select {
 			case ch <- ev:

@@ -851,3 +851,46 @@ func TestSandboxDialPort(t *testing.T) {
 	_, err = e.l.DialPort(e.ctx, "nosuch", 80)
 	wantErr(t, "no sandbox", err, api.ErrNotFound)
 }
+
+// Bounds on what a sandbox's callers make the server keep: event
+// streams at once, ended processes listed.
+func TestSandboxFollowersAndEnded(t *testing.T) {
+	e := newLiveEnv(t, SandboxOptions{})
+	info := e.create(api.SandboxSpec{})
+	p := e.startProc(info.ID, api.ProcessSpec{Argv: []string{"block"}})
+	ctx, cancel := context.WithCancel(e.ctx)
+	var chans []<-chan api.ProcessEvent
+	for range maxFollowers {
+		ch, err := e.l.Events(ctx, info.ID, p.PID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	_, err := e.l.Events(e.ctx, info.ID, p.PID)
+	wantErr(t, "one stream too many", err, api.ErrBusy, "event streams")
+	cancel()
+	for _, ch := range chans {
+		for range ch {
+		}
+	}
+	ch, err := e.l.Events(e.ctx, info.ID, p.PID)
+	if err != nil {
+		t.Fatalf("after the streams closed: %v", err)
+	}
+	<-ch
+	for range maxEnded + 10 {
+		q := e.startProc(info.ID, api.ProcessSpec{Argv: []string{"exit", "0"}})
+		if _, err := e.l.Wait(e.ctx, info.ID, q.PID); err != nil {
+			t.Fatal(err)
+		}
+		e.clk.Advance(time.Millisecond)
+	}
+	all, err := e.l.Processes(e.ctx, info.ID)
+	if err != nil || len(all) != maxEnded+1 {
+		t.Errorf("listed %d (%v), want the running one and the latest %d ended", len(all), err, maxEnded)
+	}
+	if all[len(all)-1].PID != 101+maxEnded+9 {
+		t.Errorf("the latest ended is not listed: %+v", all[len(all)-1])
+	}
+}
