@@ -313,6 +313,10 @@ func (l *Live) CreateSandbox(ctx context.Context, spec api.SandboxSpec) (api.San
 		sb.info.Language = st.Language.Name
 	}
 	sb.shell = sb.findShell()
+	if root, err := st.Root(); err == nil {
+		_, _ = sb.hostIDs(root) // while its home is as the backend made it
+		root.Close()
+	}
 	rec := spec
 	rec.Metadata, rec.Env = nil, nil
 	if b, err := json.Marshal(rec); err == nil {

@@ -167,15 +167,17 @@ func (sb *liveSandbox) hostIDs(root *os.File) (sandboxIDs, error) {
 	if err := unix.Fstat(int(root.Fd()), &rst); err != nil {
 		return sandboxIDs{}, fmt.Errorf("stat the sandbox's root: %w", err)
 	}
-	fd, err := openIn(root, sandboxHome, unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err == nil {
-		err = unix.Fstat(fd, &hst)
+	ids := sandboxIDs{userUID: rst.Uid + sandboxUID, userGID: rst.Gid + sandboxUID, rootUID: rst.Uid, rootGID: rst.Gid}
+	// Read first when the sandbox starts (CreateSandbox), before any of
+	// its processes could change its home (the backend makes it the
+	// user's); without a home, the mapping's own rule: the user's ids
+	// are root's plus 1000, as the backend maps them, contiguously.
+	if fd, err := openIn(root, sandboxHome, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err == nil {
+		if unix.Fstat(fd, &hst) == nil {
+			ids.userUID, ids.userGID = hst.Uid, hst.Gid
+		}
 		unix.Close(fd)
 	}
-	if err != nil {
-		return sandboxIDs{}, fmt.Errorf("the sandbox's home %s: %w", sandboxHome, err)
-	}
-	ids := sandboxIDs{userUID: hst.Uid, userGID: hst.Gid, rootUID: rst.Uid, rootGID: rst.Gid}
 	sb.mu.Lock()
 	sb.ids = &ids
 	sb.mu.Unlock()

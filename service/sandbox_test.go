@@ -894,3 +894,35 @@ func TestSandboxFollowersAndEnded(t *testing.T) {
 		t.Errorf("the latest ended is not listed: %+v", all[len(all)-1])
 	}
 }
+
+// The user's host ids come from its home as the sandbox started; a
+// sandbox without a home maps the user as root's ids plus 1000.
+func TestSandboxHostIDs(t *testing.T) {
+	e := newLiveEnv(t, SandboxOptions{})
+	info := e.create(api.SandboxSpec{})
+	sb, err := e.l.find(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
+	if sb.ids == nil || *sb.ids != (sandboxIDs{userUID: uid, userGID: gid, rootUID: uid, rootGID: gid}) {
+		t.Errorf("ids at the start: %+v", sb.ids)
+	}
+	if err := os.RemoveAll(filepath.Join(e.live.box(0).root, "home")); err != nil {
+		t.Fatal(err)
+	}
+	// Read once: a home removed later changes nothing.
+	if fi, err := e.l.WriteFile(e.ctx, info.ID, "/tmp/x", []byte("x"), ""); err != nil || fi.Owner != "user" {
+		t.Errorf("after the home went: %v %+v", err, fi)
+	}
+	sb.ids = nil
+	root, err := sb.st.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	ids, err := sb.hostIDs(root)
+	if err != nil || ids.userUID != uid+1000 || ids.userGID != gid+1000 || ids.rootUID != uid {
+		t.Errorf("without a home: %v %+v", err, ids)
+	}
+}
