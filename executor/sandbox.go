@@ -82,8 +82,9 @@ type StartedSandbox struct {
 	Template string
 	Language rootfs.Language
 	Image    string
-	// Env is every process's environment before its own (the plan's).
-	Env []string
+	// Env is every process's environment before its own (the plan's,
+	// the caller's SandboxRequest.Env last); Own is that caller's part.
+	Env, Own []string
 	// Limits are the sandbox's for its whole life; Notes say which were
 	// clamped to the server's ceilings.
 	Limits limits.Set
@@ -119,7 +120,7 @@ func (e *Executor) StartSandbox(ctx context.Context, req SandboxRequest) (*Start
 	if err != nil {
 		return nil, err
 	}
-	return &StartedSandbox{Sandbox: sb, Template: tpl, Language: p.Language, Image: image, Env: p.Env,
+	return &StartedSandbox{Sandbox: sb, Template: tpl, Language: p.Language, Image: image, Env: p.Env, Own: req.Env,
 		Limits: p.Run.Limits, Notes: p.Notes}, nil
 }
 
@@ -196,10 +197,11 @@ func (e *Executor) sandboxLimits(lang rootfs.Language, req api.Limits) (limits.S
 }
 
 // ProcessEnv is the environment of a process of the sandbox run as the
-// user named with its home, under the one rule: the sandbox's (the plan's:
-// image, language, dependency layer, the sandbox's own), then the user's
-// HOME, USER and LOGNAME, then the process's own (KEY=VALUE), each later
-// one winning for a key they share.
+// user named with its home, under the one rule: the plan's (image,
+// language, dependency layer), then the user's HOME, USER and LOGNAME,
+// then what the sandbox's creator gave (Own), then the process's own
+// (KEY=VALUE), each later one winning for a key they share.
 func (s *StartedSandbox) ProcessEnv(user, home string, own []string) []string {
-	return mergeEnv(mergeEnv(s.Env, []string{"HOME=" + home, "USER=" + user, "LOGNAME=" + user}), own)
+	env := mergeEnv(s.Env, []string{"HOME=" + home, "USER=" + user, "LOGNAME=" + user})
+	return mergeEnv(mergeEnv(env, s.Own), own)
 }

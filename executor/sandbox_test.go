@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +81,9 @@ func TestStartSandboxPlan(t *testing.T) {
 	}
 	if req.Limits.Timeout != 0 || req.Limits.CPUTime != 0 || req.Limits.MemoryBytes != 512<<20 {
 		t.Errorf("limits %+v: want no wall clock, no CPU time, 512 MiB", req.Limits)
+	}
+	if !slices.Equal(sb.Own, []string{"A=1", "PATH=/mine"}) {
+		t.Errorf("the caller's env: %q", sb.Own)
 	}
 	if sb.Limits != req.Limits {
 		t.Errorf("started with %+v, backend got %+v", sb.Limits, req.Limits)
@@ -172,9 +176,9 @@ func TestStartSandboxRefusals(t *testing.T) {
 // A process's environment: the sandbox's, the user's, the process's own
 // last, no key twice.
 func TestSandboxProcessEnv(t *testing.T) {
-	sb := &StartedSandbox{Env: []string{"PATH=/bin", "HOME=/nowhere", "A=1"}}
+	sb := &StartedSandbox{Env: []string{"PATH=/bin", "HOME=/nowhere", "A=1", "LOGNAME=mine"}, Own: []string{"LOGNAME=mine"}}
 	env := sb.ProcessEnv("user", "/home/user", []string{"A=2", "USER=me"})
-	for k, want := range map[string]string{"PATH": "/bin", "HOME": "/home/user", "A": "2", "USER": "me", "LOGNAME": "user"} {
+	for k, want := range map[string]string{"PATH": "/bin", "HOME": "/home/user", "A": "2", "USER": "me", "LOGNAME": "mine"} {
 		if v, once := envValue(env, k); v != want || !once {
 			t.Errorf("%s = %q (once: %v), want %q in %q", k, v, once, want, env)
 		}

@@ -101,7 +101,7 @@ func (f *fakeLive) start(ctx context.Context, req executor.SandboxRequest) (*exe
 		lang.Name = "image"
 	}
 	return &executor.StartedSandbox{Sandbox: sb, Template: tpl, Language: lang, Image: req.Image,
-		Env: append([]string{"PATH=/usr/bin:/bin"}, req.Env...), Limits: limits.Set{MemoryBytes: 256 << 20, Pids: 64},
+		Env: append([]string{"PATH=/usr/bin:/bin"}, req.Env...), Own: req.Env, Limits: limits.Set{MemoryBytes: 256 << 20, Pids: 64},
 		Notes: []string{"memory clamped"}}, nil
 }
 

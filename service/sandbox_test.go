@@ -466,11 +466,17 @@ func TestSandboxProcesses(t *testing.T) {
 	if box.specs[2].Cwd != "/tmp" {
 		t.Errorf("cwd %q", box.specs[2].Cwd)
 	}
+	// The creator's env wins over the user's HOME, the process's over both.
+	own := e.create(api.SandboxSpec{Env: map[string]string{"HOME": "/srv", "X": "1"}})
+	e.startProc(own.ID, api.ProcessSpec{Argv: []string{"echo"}, Env: map[string]string{"X": "2"}})
+	if env := e.live.box(1).specs[0].Env; !slices.Contains(env, "HOME=/srv") || !slices.Contains(env, "X=2") || slices.Contains(env, "HOME=/home/user") {
+		t.Errorf("env with the creator's HOME: %q", env)
+	}
 	// bash where the root has it
 	e.live.bash = true
 	b := e.create(api.SandboxSpec{})
 	e.startProc(b.ID, api.ProcessSpec{Shell: "ls"})
-	if got := e.live.box(1).specs[0].Args; !slices.Equal(got, []string{"/bin/bash", "-l", "-c", "ls"}) {
+	if got := e.live.box(2).specs[0].Args; !slices.Equal(got, []string{"/bin/bash", "-l", "-c", "ls"}) {
 		t.Errorf("shell with bash: %q", got)
 	}
 	ex, err := e.l.Wait(e.ctx, info.ID, p.PID)
