@@ -201,6 +201,10 @@ type liveSandbox struct {
 	gen      int // the lifetime's generation: a timer of an older one does nothing
 	ended    bool
 	procs    map[int]*liveProc
+	// endedProcs are the ended processes still listed, in the order they
+	// ended (prune).
+	endedProcs []*liveProc
+	running    int // processes started that have not ended
 	// startingProcs counts processes being started (they count against
 	// MaxProcesses); ringBytes is what the processes' rings hold.
 	startingProcs int
@@ -651,11 +655,7 @@ func (sb *liveSandbox) snapshot() api.SandboxInfo {
 	if sb.paused {
 		info.State, info.EndAt = api.SandboxPaused, sb.l.clock.Now().Add(sb.left)
 	}
-	for _, p := range sb.procs {
-		if p.exit == nil {
-			info.Processes++
-		}
-	}
+	info.Processes = sb.running
 	return info
 }
 

@@ -32,7 +32,7 @@ import (
 
 // fakeLive starts fake sandboxes and records what it was asked.
 type fakeLive struct {
-	t        *testing.T
+	t        testing.TB
 	mu       sync.Mutex
 	reqs     []executor.SandboxRequest
 	boxes    []*fakeSandbox

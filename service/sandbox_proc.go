@@ -197,6 +197,8 @@ func (p *liveProc) wait() {
 	p.exit = &exit
 	p.info.Exit = &exit
 	p.endedAt = sb.l.clock.Now()
+	sb.endedProcs = append(sb.endedProcs, p)
+	sb.running--
 	close(p.done)
 	p.notify()
 }
@@ -217,26 +219,20 @@ func (p *liveProc) snapshot() api.ProcessInfo {
 // held).
 func (sb *liveSandbox) prune(keep time.Duration) {
 	now := sb.l.clock.Now()
-	var ended []*liveProc
-	for pid, p := range sb.procs {
-		switch {
-		case p.exit == nil:
-		case now.Sub(p.endedAt) > keep:
-			p.forget()
-			delete(sb.procs, pid)
-		default:
-			ended = append(ended, p)
-		}
-	}
-	// At most maxEnded stay listed, the latest: a loop of short
-	// processes does not grow the table for a minute.
-	if len(ended) > maxEnded {
-		slices.SortFunc(ended, func(a, b *liveProc) int { return a.endedAt.Compare(b.endedAt) })
-		for _, p := range ended[:len(ended)-maxEnded] {
-			p.forget()
+	// sb.ended holds the ended processes in the order they ended: the
+	// oldest go first, past keep or past maxEnded (a loop of short
+	// processes does not grow the table for a minute).
+	n := 0
+	for n < len(sb.endedProcs) && (len(sb.endedProcs)-n > maxEnded || now.Sub(sb.endedProcs[n].endedAt) > keep) {
+		p := sb.endedProcs[n]
+		p.forget()
+		if sb.procs[p.info.PID] == p {
 			delete(sb.procs, p.info.PID)
 		}
+		sb.endedProcs[n] = nil
+		n++
 	}
+	sb.endedProcs = sb.endedProcs[n:]
 }
 
 // user is the uid, gid and home of a process's user: "" the default
@@ -290,17 +286,15 @@ func (l *Live) StartProcess(ctx context.Context, id string, spec api.ProcessSpec
 		return api.ProcessInfo{}, api.NotFound(fmt.Sprintf("sandbox %s ended", sb.id))
 	}
 	sb.prune(opts.KeepEnded)
-	running := sb.startingProcs
-	for _, q := range sb.procs {
-		if q.exit == nil {
-			running++
-			if spec.Tag != "" && q.info.Tag == spec.Tag {
+	if spec.Tag != "" {
+		for _, q := range sb.procs {
+			if q.exit == nil && q.info.Tag == spec.Tag {
 				sb.mu.Unlock()
 				return api.ProcessInfo{}, api.Invalid(fmt.Sprintf("tag %.40q is process %d's, which runs: give another", spec.Tag, q.info.PID))
 			}
 		}
 	}
-	if running >= opts.MaxProcesses {
+	if sb.running+sb.startingProcs >= opts.MaxProcesses {
 		sb.mu.Unlock()
 		return api.ProcessInfo{}, fmt.Errorf("%w: sandbox %s has %d processes running, the server's most: wait for one or signal it", api.ErrBusy, sb.id, opts.MaxProcesses)
 	}
@@ -326,6 +320,7 @@ func (l *Live) StartProcess(ctx context.Context, id string, spec api.ProcessSpec
 		old.forget() // an ended process whose pid came round again
 	}
 	sb.procs[p.info.PID] = p
+	sb.running++
 	if spec.TimeoutMS > 0 {
 		p.timer = l.clock.AfterFunc(time.Duration(spec.TimeoutMS)*time.Millisecond, func() {
 			sb.mu.Lock()
