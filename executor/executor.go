@@ -46,6 +46,9 @@ type Options struct {
 	// Runtimes are the sandbox backends. The executor owns them: Close
 	// closes them.
 	Runtimes Runtimes
+	// Sandboxes, if set, starts live sandboxes (StartSandbox); nil: this
+	// server has none, and StartSandbox refuses with ErrNoSandboxes.
+	Sandboxes oci.LiveRuntime
 	// Store is the layer store (config.Config.Store builds it: every
 	// command sees the same stores).
 	Store Layers

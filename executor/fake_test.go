@@ -204,7 +204,13 @@ func (s *fakeStore) InstallDependency(ctx context.Context, in rootfs.DepInstall)
 
 func (s *fakeStore) Status(lang rootfs.Language) (rootfs.Status, error) { return rootfs.Status{}, nil }
 func (s *fakeStore) Built(lang rootfs.Language) (bool, error)           { return !s.notBuilt[lang.Name], nil }
-func (s *fakeStore) Images() ([]rootfs.Image, error)                    { return nil, nil }
+func (s *fakeStore) Images() ([]rootfs.Image, error) {
+	var ims []rootfs.Image
+	for _, im := range s.images {
+		ims = append(ims, im.img)
+	}
+	return ims, nil
+}
 func (s *fakeStore) Image(name string) (rootfs.Image, error) {
 	_, im, err := s.ImageRoot(name)
 	return im, err

@@ -28,6 +28,10 @@ const (
 	// shapeKernel is a kernel: a live interpreter, the language's
 	// driver, started once and fed cells.
 	shapeKernel
+	// shapeSandbox is a live sandbox (sandbox.go): a root, its
+	// environment and limits for its whole life; no program of its own
+	// (the backend's init starts the processes asked for later).
+	shapeSandbox
 )
 
 // Plan is everything the sandboxes of one request need.
@@ -136,11 +140,15 @@ func (e *Executor) resolve(req Request, sh shape, adm *admission) (*Plan, error)
 			return nil, err
 		}
 	}
-	if sh == shapeKernel {
+	switch sh {
+	case shapeKernel:
 		p.Run.Limits, p.Notes, err = e.kernelLimits(lang, req.Limits)
 		if err == nil {
 			p.Driver, err = rootfs.KernelDriver(lang)
 		}
+		return p, err
+	case shapeSandbox:
+		p.Run.Limits, p.Notes, err = e.sandboxLimits(lang, req.Limits)
 		return p, err
 	}
 	if p.Run.Limits, p.Notes, err = e.PhaseLimits(p.Language.Limits, req.Limits); err != nil {
@@ -164,6 +172,8 @@ func (e *Executor) isolation(asked string, sh shape) (string, error) {
 		return "", e.noKernel(iso)
 	case sh == shapeKernel && iso != "runc":
 		return "", fmt.Errorf("%w: kernels run with isolation runc only (asked: %s)", ErrIsolation, iso)
+	case sh == shapeSandbox && iso != "runc":
+		return "", fmt.Errorf("%w: live sandboxes run with isolation runc only (asked: %s)", ErrIsolation, iso)
 	}
 	return iso, nil
 }
@@ -180,9 +190,12 @@ func (e *Executor) runtime(iso string, fresh, direct bool) (oci.Runtime, error) 
 // planProgram decides the argv of each phase, the files of /work, the
 // working directory and the compile phase's limits.
 func (e *Executor) planProgram(p *Plan, req Request, sh shape, img *imageRun) error {
-	if sh == shapeKernel {
+	switch sh {
+	case shapeKernel:
 		p.Run.Args = img.resolve(kernelArgv(p.Language)) // the image's python3, wherever its PATH has it
 		return nil
+	case shapeSandbox:
+		return nil // the backend's init is its program
 	}
 	lang := p.Language
 	compileArgs, runArgs := lang.Compile, lang.Run

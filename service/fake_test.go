@@ -27,7 +27,7 @@ import (
 // fakeExec is a fake Executor. Its fields are set before the service
 // runs; what it saw is read after (under mu).
 type fakeExec struct {
-	t *testing.T
+	t testing.TB
 	// run is a request's program: it gets the run's /work (filled from
 	// the session's workspace, saved back after it), "" for a one-shot
 	// run. nil: an ok result.
@@ -41,6 +41,9 @@ type fakeExec struct {
 	// cellLimitsErr refuses every cell's limits.
 	cellLimitsErr error
 	store         *fakeStore
+	// live starts live sandboxes (sandbox_fake_test.go; nil: a default
+	// one on first use).
+	live *fakeLive
 
 	mu       sync.Mutex
 	requests []executor.Request
@@ -194,7 +197,7 @@ type fakeKernel struct {
 	refills   int
 }
 
-func newFakeKernel(t *testing.T) *fakeKernel {
+func newFakeKernel(t testing.TB) *fakeKernel {
 	k := &fakeKernel{work: t.TempDir()}
 	k.alive.Store(true)
 	return k
@@ -304,14 +307,14 @@ func (s *fakeStore) Image(name string) (rootfs.Image, error) {
 // env is a service over fakes with a session store in a temporary
 // directory, owned by the test's user.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	exec *fakeExec
 	ws   *workspace.Store
 	s    *Service
 	ctx  context.Context
 }
 
-func newEnv(t *testing.T, gate *Gate, opts workspace.Options) *env {
+func newEnv(t testing.TB, gate *Gate, opts workspace.Options) *env {
 	t.Helper()
 	opts.UID, opts.GID = os.Getuid(), os.Getgid()
 	ws, err := workspace.Open(t.TempDir(), opts)

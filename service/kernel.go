@@ -54,30 +54,23 @@ type KernelOptions struct {
 }
 
 func (o KernelOptions) withDefaults() KernelOptions {
-	def := func(v *int64, d int64) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	if o.Max <= 0 {
-		o.Max = DefaultMaxKernels
-	}
-	if o.Idle <= 0 {
-		o.Idle = DefaultKernelIdle
-	}
-	if o.Grace <= 0 {
-		o.Grace = DefaultKernelGrace
-	}
-	if o.TextCap <= 0 {
-		o.TextCap = defaultTextCap
-	}
-	if o.MaxImages <= 0 {
-		o.MaxImages = defaultMaxImages
-	}
-	def(&o.MaxPixels, defaultMaxPixels)
-	def(&o.MaxImageBytes, defaultMaxImageBytes)
-	def(&o.ImageTotal, defaultImageTotal)
+	orDefault(&o.Max, DefaultMaxKernels)
+	orDefault(&o.Idle, DefaultKernelIdle)
+	orDefault(&o.Grace, DefaultKernelGrace)
+	orDefault(&o.TextCap, defaultTextCap)
+	orDefault(&o.MaxImages, defaultMaxImages)
+	orDefault(&o.MaxPixels, defaultMaxPixels)
+	orDefault(&o.MaxImageBytes, defaultMaxImageBytes)
+	orDefault(&o.ImageTotal, defaultImageTotal)
 	return o
+}
+
+// orDefault sets an option that is not positive (its zero value) to
+// its default.
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // ErrKernelsBusy: --max-kernels kernels are live; in class api.ErrBusy.

@@ -33,6 +33,9 @@ type Executor interface {
 	// StartKernel starts a session's kernel: an error is a refusal
 	// (api.ErrInvalid, api.ErrBusy) or sandcell's failure to start it.
 	StartKernel(ctx context.Context, req executor.KernelRequest) (Started, error)
+	// StartSandbox starts a live sandbox: an error is a refusal
+	// (api.ErrInvalid, api.ErrBusy) or sandcell's failure to start it.
+	StartSandbox(ctx context.Context, req executor.SandboxRequest) (*executor.StartedSandbox, error)
 	// Store is the layer store: the languages' builds and the imported
 	// images.
 	Store() Store

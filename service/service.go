@@ -40,6 +40,7 @@ type Service struct {
 	gate    *Gate
 	log     *slog.Logger
 	kernels *kernels // the sessions' live interpreters (kernel.go)
+	live    *Live    // the live sandboxes (sandbox.go)
 }
 
 // New makes the service over the executor. gate admits its runs and
@@ -55,6 +56,7 @@ func NewWith(exec Executor, ws *workspace.Store, gate *Gate, log *slog.Logger) *
 	}
 	s := &Service{exec: exec, ws: ws, gate: gate, log: log}
 	s.kernels = newKernels(s)
+	s.live = newLive(s)
 	return s
 }
 

@@ -255,8 +255,9 @@ func openService(env *cliEnv) (*served, func(), error) {
 	}
 	svc := service.New(e.Executor, ws, gate, env.log)
 	svc.SetKernelOptions(service.KernelOptions{Max: env.cfg.MaxKernels, Idle: env.cfg.KernelIdle})
+	svc.SetSandboxOptions(service.SandboxOptions{Max: env.cfg.MaxSandboxes, Dir: env.cfg.SandboxesPath()})
 	kernels = svc.LiveKernels
-	return &served{svc, e, m}, func() { e.Close() }, nil
+	return &served{svc, e, m}, func() { svc.Close(); e.Close() }, nil
 }
 
 // prebuild builds the layers of langs before the server takes calls

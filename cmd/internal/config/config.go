@@ -76,6 +76,9 @@ type Config struct {
 	// service.DefaultKernelIdle).
 	MaxKernels int
 	KernelIdle time.Duration
+	// MaxSandboxes caps the live sandboxes of a server (issue #39; 0:
+	// service.DefaultMaxSandboxes); their files live in SandboxesPath.
+	MaxSandboxes int
 }
 
 // PoolSize (runtimes.HostSettings) negative, the default here, is the
@@ -158,6 +161,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.ForkServer, "fork-server", c.ForkServer, "start runc sandboxes through the fork server (a few ms each); false: libcontainer's own start for every run")
 	fs.DurationVar(&c.PoolIdle, "pool-idle", c.PoolIdle, "warm pool: a language and limits not asked for this long get no containers prepared ahead")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level on stderr: debug, info, warn, error")
+	fs.IntVar(&c.MaxSandboxes, "max-sandboxes", c.MaxSandboxes, "live sandboxes at once; past it a new one is refused as busy (default 1024)")
 	fs.IntVar(&c.MaxKernels, "max-kernels", c.MaxKernels, "live interpreters (run_cell kernels) at once, all sessions together; past it a new kernel is refused as busy (default 8)")
 	fs.DurationVar(&c.KernelIdle, "kernel-idle", c.KernelIdle, "stop a kernel that ran no cell for this long (default 15m)")
 }
@@ -206,6 +210,9 @@ func (c *Config) Validate() error {
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
 	}
+	if c.MaxSandboxes < 0 {
+		return fmt.Errorf("--max-sandboxes %d must not be negative", c.MaxSandboxes)
+	}
 	if c.MaxKernels < 0 || c.KernelIdle < 0 {
 		return fmt.Errorf("--max-kernels %d and --kernel-idle %s must not be negative", c.MaxKernels, c.KernelIdle)
 	}
@@ -252,6 +259,10 @@ func (c *Config) ForServe() {
 		c.PoolSize = ServePoolSize
 	}
 }
+
+// SandboxesPath holds the live sandboxes' files (<home>/sandboxes/<id>:
+// each one's upper layer and /work), kept across restarts.
+func (c *Config) SandboxesPath() string { return filepath.Join(c.LayerDir, "sandboxes") }
 
 // SessionsPath is where the sessions live.
 func (c *Config) SessionsPath() string {

@@ -58,6 +58,7 @@ var samples = map[string]struct {
 	"drain-timeout":           {[]string{"30s"}, `"30s"`},
 	"judge0-callback-allow":   {[]string{"cb.test:443"}, `["cb.test:443"]`},
 	"max-kernels":             {[]string{"3"}, `3`},
+	"max-sandboxes":           {[]string{"7"}, `7`},
 	"kernel-idle":             {[]string{"2m"}, `"2m"`},
 	"fork-server":             {[]string{"false"}, `false`},
 }
