@@ -271,6 +271,24 @@ func (h *Handler) guardHostRoute(r *http.Request) (int, string) {
 	return h.opts.Guard(g)
 }
 
+// PortHosts sends host-routed requests ("<port>-<id>.<domain>") to the
+// port proxy whatever their path, and every other request to next: on a
+// listener where /mcp or /metrics are other handlers, a sandbox's own
+// /mcp or /metrics must still be the sandbox's. Without Sandboxes it is
+// next.
+func (h *Handler) PortHosts(next http.Handler) http.Handler {
+	if h.opts.Sandboxes == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t, ok := h.hostRoute(r.Host); ok {
+			h.serveHostRoute(w, r, t)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // serveHostRoute proxies a host-routed request as it is (no prefix).
 func (h *Handler) serveHostRoute(w http.ResponseWriter, r *http.Request, t portTarget) {
 	if status, reason := h.guardHostRoute(r); status != 0 {

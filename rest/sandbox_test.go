@@ -580,3 +580,34 @@ func TestPortIdleTimeout(t *testing.T) {
 		t.Errorf("an idle forward: read %d %v after %v, want closed after about 2 s", n, err, time.Since(start))
 	}
 }
+
+// TestPortHostsBeforeOtherRoutes: on the server's listener /mcp is
+// another handler's; a host-routed /mcp is the sandbox's.
+func TestPortHostsBeforeOtherRoutes(t *testing.T) {
+	fake := testutil.NewFakeSandboxes()
+	h := New(Options{Executor: &fakeExecutor{}, Languages: func() ([]Language, error) { return nil, nil }, Sandboxes: fake})
+	defer h.Close()
+	info, _ := fake.CreateSandbox(context.Background(), api.SandboxSpec{})
+	defer fake.ServeHTTP(info.ID, 3000, echoHandler)()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "the server's /mcp") })
+	mux.Handle("/", h)
+	srv := httptest.NewServer(h.PortHosts(mux))
+	defer srv.Close()
+	for host, want := range map[string]string{"3000-" + info.ID + ".localhost": "path=/mcp ", "localhost": "the server's /mcp"} {
+		req, _ := http.NewRequest("GET", srv.URL+"/mcp", nil)
+		req.Host = host
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.HasPrefix(string(b), want) {
+			t.Errorf("Host %s: %q, want %q...", host, b, want)
+		}
+	}
+	if New(Options{Executor: &fakeExecutor{}}).PortHosts(mux) == nil {
+		t.Error("PortHosts without sandboxes is nil")
+	}
+}
