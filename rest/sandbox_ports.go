@@ -334,28 +334,28 @@ func (p *ports) tcp(w http.ResponseWriter, r *http.Request, t portTarget) {
 	}
 	// The port's side bounds the idle time of both directions: every
 	// byte either way moves its deadline (idleConn).
-	splice(client, brw.Reader, c)
+	Splice(client, brw.Reader, c)
 }
 
-// splice copies both ways until one side ends, then closes both (the
-// callers' defers).
-func splice(client net.Conn, buffered *bufio.Reader, port net.Conn) {
-	done := make(chan struct{}, 2)
+// Splice carries a connection between a client and a server both ways:
+// what the client sends (read from fromClient: client, or a reader that
+// buffered its first bytes) to server, and back. The client's end of
+// input half-closes the server's side, whose answer still comes back; the
+// conversation ends when the server's side ends (or idles out), and then
+// both are closed.
+func Splice(client net.Conn, fromClient io.Reader, server net.Conn) {
+	sent := make(chan struct{})
 	go func() {
-		io.Copy(port, buffered) // what the client sent after the header, then the rest
-		if cw, ok := port.(interface{ CloseWrite() error }); ok {
+		io.Copy(server, fromClient)
+		if cw, ok := server.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
 		}
-		done <- struct{}{}
+		close(sent)
 	}()
-	go func() {
-		io.Copy(client, port)
-		done <- struct{}{}
-	}()
-	<-done
+	io.Copy(client, server)
 	client.Close()
-	port.Close()
-	<-done
+	server.Close()
+	<-sent
 }
 
 func headerHasToken(h http.Header, name, token string) bool {

@@ -28,12 +28,15 @@ import (
 // Ports are what a test serves with ServePort or ServeHTTP; DialPort
 // returns one end of a net.Pipe whose other end the port's server gets.
 type FakeSandboxes struct {
-	mu     sync.Mutex
-	next   int
-	boxes  map[string]*fakeBox
-	ports  map[string]func(net.Conn) // "id:port"
-	Busy   bool                      // CreateSandbox answers api.BusyError
-	dialed int
+	mu    sync.Mutex
+	next  int
+	boxes map[string]*fakeBox
+	ports map[string]func(net.Conn) // "id:port"
+	Busy  bool                      // CreateSandbox answers api.BusyError
+	// LoopbackTCP makes DialPort's pair a loopback TCP connection instead
+	// of a net.Pipe: one that half-closes (CloseWrite).
+	LoopbackTCP bool
+	dialed      int
 }
 
 // DialedCount is how many DialPort calls connected.
@@ -620,7 +623,31 @@ func (f *FakeSandboxes) DialPort(ctx context.Context, id string, port int) (net.
 		return nil, fmt.Errorf("dial port %d of sandbox %s: connection refused", port, id)
 	}
 	f.dialed++
+	if f.LoopbackTCP {
+		return tcpPair(ctx, serve)
+	}
 	ours, theirs := net.Pipe()
+	go serve(theirs)
+	return ours, nil
+}
+
+// tcpPair connects two loopback TCP sockets and serves one.
+func tcpPair(ctx context.Context, serve func(net.Conn)) (net.Conn, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	var d net.Dialer
+	ours, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	theirs, err := ln.Accept()
+	if err != nil {
+		ours.Close()
+		return nil, err
+	}
 	go serve(theirs)
 	return ours, nil
 }
