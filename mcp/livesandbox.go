@@ -30,6 +30,11 @@ type LiveOptions struct {
 	// PortURL is where the host reaches port of sandbox id through
 	// sandcell's proxy (nil: port_url says the server has no proxy).
 	PortURL func(id string, port int) string
+	// ForegroundWait is the longest a foreground start waits for its
+	// process (0: 2 minutes); past it the call answers with the output so
+	// far and the process goes on in the background. A model that starts
+	// a server without background gets its call back.
+	ForegroundWait time.Duration
 }
 
 // maxProcessOutput is what one process call returns of each stream: the
@@ -79,6 +84,9 @@ func AddLiveSandboxTools(s *Server, sb api.Sandboxes, opts *LiveOptions) {
 	}
 	if o.ProgressEvery <= 0 {
 		o.ProgressEvery = time.Second
+	}
+	if o.ForegroundWait <= 0 {
+		o.ForegroundWait = 2 * time.Minute
 	}
 	sin := mustSchema[SandboxToolInput]()
 	sin.Properties["action"].Enum = []any{"create", "list", "get", "kill", "pause", "resume", "set_timeout", "port_url"}
@@ -244,13 +252,22 @@ func processAction(ctx context.Context, s *Server, sb api.Sandboxes, req *CallTo
 			return &CallToolResult{Content: []Content{TextContent(fmt.Sprintf("started pid %d in the background; read its output with action output, pid %d", p.PID, p.PID))},
 				StructuredContent: p}, nil, nil
 		}
-		out, err := followProcess(ctx, sb, req, o, id, p.PID, 0)
+		wctx, cancel := context.WithTimeout(ctx, o.ForegroundWait)
+		defer cancel()
+		out, err := followProcess(wctx, sb, req, o, id, p.PID, 0)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The caller gave up on a foreground command: it ends too.
 				sb.Signal(context.WithoutCancel(ctx), id, p.PID, 9)
+				return nil, nil, err
 			}
-			return nil, nil, err
+			if !errors.Is(err, context.DeadlineExceeded) {
+				return nil, nil, err
+			}
+			res := s.processResult(out)
+			res.Content[0].Text = fmt.Sprintf("pid %d still runs after %s: it goes on in the background (action output or wait, pid %d)\n", p.PID, o.ForegroundWait, p.PID) +
+				strings.TrimPrefix(res.Content[0].Text, fmt.Sprintf("pid %d is still running\n", p.PID))
+			return res, nil, nil
 		}
 		return s.processResult(out), nil, nil
 	case "output", "wait":

@@ -15,7 +15,7 @@ func liveServer(t *testing.T) (*sbConn, *testutil.FakeSandboxes) {
 	t.Helper()
 	s := NewServer(&Options{Name: "sandcell-test", Version: "0.0.1"})
 	fake := testutil.NewFakeSandboxes()
-	AddLiveSandboxTools(s, fake, &LiveOptions{ProgressEvery: 20 * time.Millisecond,
+	AddLiveSandboxTools(s, fake, &LiveOptions{ProgressEvery: 20 * time.Millisecond, ForegroundWait: 300 * time.Millisecond,
 		PortURL: func(id string, port int) string { return fmt.Sprintf("http://%d-%s.localhost:8080/", port, id) }})
 	return dialSandbox(t, s, nil), fake
 }
@@ -97,6 +97,12 @@ func TestLiveProcessForeground(t *testing.T) {
 	r = c.tool("process", map[string]any{"action": "start", "sandbox_id": id, "argv": []string{"err"}})
 	if !isErr(r) || !strings.Contains(resText(r), "exited 3") || !strings.Contains(resText(r), "oops") {
 		t.Errorf("a failing command: %v %s", isErr(r), resText(r))
+	}
+	// A server started in the foreground: the call comes back, the
+	// process goes on.
+	r = c.tool("process", map[string]any{"action": "start", "sandbox_id": id, "command": "sleep"})
+	if isErr(r) || !strings.Contains(resText(r), "still runs after 300ms: it goes on in the background") || structuredOf(t, r)["running"] != true {
+		t.Errorf("a foreground start that does not end: %s", resText(r))
 	}
 	for _, bad := range []map[string]any{
 		{"action": "start", "sandbox_id": id, "argv": []string{"missing"}},
