@@ -175,6 +175,10 @@ func (c *idleConn) Close() error {
 	return err
 }
 
+// pathCSP is the policy of every response proxied by path: an opaque
+// origin, scripts and forms still allowed.
+const pathCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
 // portNumber parses a port of a path or a host name.
 func portNumber(s string) (int, error) {
 	n, err := strconv.Atoi(s)
@@ -215,6 +219,14 @@ func (h *Handler) portPath(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	r2.URL = &u
 	r2.Header.Set("X-Forwarded-Prefix", prefix)
+	// A page served by path shares the API's origin: its scripts could
+	// call /v1/sandboxes and /mcp as a same-origin page (CSRF with the
+	// user's browser, no token on a loopback server). CSP's sandbox
+	// directive gives the page an opaque origin ("null"), which the
+	// Origin check refuses; a header the application sends too only adds
+	// restrictions. Host routing (a name of its own) is the way for
+	// applications that need their origin.
+	w.Header().Set("Content-Security-Policy", pathCSP)
 	h.ports.proxy.ServeHTTP(w, r2)
 }
 

@@ -377,10 +377,14 @@ func TestPortProxyByPath(t *testing.T) {
 	srv, fake := sandboxServer(t)
 	id := create(t, srv)
 	defer fake.ServeHTTP(id, 8000, echoHandler)()
-	code, _, body := call(t, srv, "GET", "/v1/sandboxes/"+id+"/ports/8000/app/x?q=1", "")
+	code, hdr, body := call(t, srv, "GET", "/v1/sandboxes/"+id+"/ports/8000/app/x?q=1", "")
 	want := fmt.Sprintf(`path=/app/x?q=1 host=localhost:8000 auth="" prefix=/v1/sandboxes/%s/ports/8000`, id)
 	if code != 200 || body != want {
 		t.Errorf("proxied: %d %q, want %q", code, body, want)
+	}
+	// The page shares the API's origin: it must get an opaque one.
+	if csp := hdr.Get("Content-Security-Policy"); !strings.HasPrefix(csp, "sandbox ") || strings.Contains(csp, "allow-same-origin") {
+		t.Errorf("Content-Security-Policy %q, want sandbox without allow-same-origin", csp)
 	}
 	if code, _, body = call(t, srv, "GET", "/v1/sandboxes/"+id+"/ports/8000/", ""); code != 200 || !strings.HasPrefix(body, "path=/ ") {
 		t.Errorf("the port's root: %d %q", code, body)
