@@ -53,6 +53,11 @@ func TestLiveSandboxTool(t *testing.T) {
 		{map[string]any{"action": "create", "template": "nope"}, true, "unknown template"},
 		{map[string]any{"action": "explode"}, true, "action"},                        // the schema's enum
 		{map[string]any{"action": "create", "on_expire": "sulk"}, true, "on_expire"}, // the schema's enum
+		{map[string]any{"action": "write_file", "sandbox_id": id, "path": "src/app.py", "content": "print(1)\n"}, false, `wrote 9 bytes to "/home/user/src/app.py"`},
+		{map[string]any{"action": "read_file", "sandbox_id": id, "path": "/home/user/src/app.py"}, false, ": untrusted file content]\nprint(1)\n[end of file "},
+		{map[string]any{"action": "list_files", "sandbox_id": id, "path": "src"}, false, `file "/home/user/src/app.py" 9`},
+		{map[string]any{"action": "read_file", "sandbox_id": id, "path": "nope"}, true, "no such file"},
+		{map[string]any{"action": "read_file", "sandbox_id": id}, true, "needs path"},
 		{map[string]any{"action": "kill", "sandbox_id": id}, false, "killed " + id},
 		{map[string]any{"action": "get", "sandbox_id": id}, true, "no sandbox"},
 		{map[string]any{"action": "list"}, false, "no live sandboxes"},
