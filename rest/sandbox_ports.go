@@ -208,14 +208,10 @@ func (h *Handler) portPath(w http.ResponseWriter, r *http.Request, id string) {
 	r2 := r.Clone(context.WithValue(r.Context(), portTargetKey{}, t))
 	u := *r.URL
 	u.Path = "/" + rest
+	u.RawPath = ""
 	if raw := r.URL.EscapedPath(); strings.HasPrefix(raw, prefix) {
-		u.RawPath = strings.TrimPrefix(raw, prefix)
-		if !strings.HasPrefix(u.RawPath, "/") {
-			u.RawPath = "/" + u.RawPath
-		}
-		if u.RawPath == u.Path || url.PathEscape(u.RawPath) == "" {
-			u.RawPath = ""
-		}
+		// Kept only where it encodes Path (EscapedPath checks).
+		u.RawPath = "/" + strings.TrimPrefix(strings.TrimPrefix(raw, prefix), "/")
 	}
 	r2.URL = &u
 	r2.Header.Set("X-Forwarded-Prefix", prefix)
@@ -239,6 +235,8 @@ func (h *Handler) hostRoute(host string) (portTarget, bool) {
 	if hn, _, err := net.SplitHostPort(host); err == nil {
 		name = hn
 	}
+	// Host names are case-insensitive: ids are read lowercased (the
+	// service's are).
 	name = strings.ToLower(strings.TrimSuffix(name, "."))
 	label, ok := strings.CutSuffix(name, "."+h.opts.SandboxDomain)
 	if !ok || strings.Contains(label, ".") {

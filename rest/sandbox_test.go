@@ -386,6 +386,9 @@ func TestPortProxyByPath(t *testing.T) {
 	if csp := hdr.Get("Content-Security-Policy"); !strings.HasPrefix(csp, "sandbox ") || strings.Contains(csp, "allow-same-origin") {
 		t.Errorf("Content-Security-Policy %q, want sandbox without allow-same-origin", csp)
 	}
+	if code, _, body = call(t, srv, "GET", "/v1/sandboxes/"+id+"/ports/8000/a%2Fb/c", ""); code != 200 || !strings.HasPrefix(body, "path=/a%2Fb/c ") {
+		t.Errorf("an escaped slash: %d %q", code, body)
+	}
 	if code, _, body = call(t, srv, "GET", "/v1/sandboxes/"+id+"/ports/8000/", ""); code != 200 || !strings.HasPrefix(body, "path=/ ") {
 		t.Errorf("the port's root: %d %q", code, body)
 	}
