@@ -183,3 +183,42 @@ func TestLiveProcessBackground(t *testing.T) {
 }
 
 func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
+
+// TestLiveToolsSchemas checks the published input schemas as a client
+// would (jsonschema-go on the tools/list JSON): the arguments a model
+// writes pass, wrong ones fail before they are sent; annotations are set.
+func TestLiveToolsSchemas(t *testing.T) {
+	c, _ := liveServer(t)
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		ok   bool
+	}{
+		{"sandbox", map[string]any{"action": "create", "template": "python", "timeout_s": 60, "on_expire": "pause", "memory_mb": 512}, true},
+		{"sandbox", map[string]any{"action": "port_url", "sandbox_id": "sb1", "port": 8000, "template": nil}, true},
+		{"sandbox", map[string]any{"action": "write_file", "sandbox_id": "sb1", "path": "a.py", "content": "x"}, true},
+		{"sandbox", map[string]any{"action": "explode"}, false},
+		{"sandbox", map[string]any{"action": "port_url", "sandbox_id": "sb1", "port": 70000}, false},
+		{"sandbox", map[string]any{"action": "create", "colour": "red"}, false},
+		{"sandbox", map[string]any{}, false},
+		{"process", map[string]any{"action": "start", "sandbox_id": "sb1", "command": "npm run dev", "background": true, "env": map[string]any{"A": "1"}}, true},
+		{"process", map[string]any{"action": "resize", "sandbox_id": "sb1", "pid": 3, "cols": 100, "rows": 30}, true},
+		{"process", map[string]any{"action": "start", "command": "ls"}, false}, // no sandbox_id
+		{"process", map[string]any{"action": "resize", "sandbox_id": "sb1", "pid": 3, "cols": 0, "rows": 30}, false},
+		{"process", map[string]any{"action": "start", "sandbox_id": "sb1", "argv": "ls"}, false},
+	} {
+		sch := wireSchema(t, "inputSchema of "+tc.tool, c.tools[tc.tool]["inputSchema"])
+		if err := sch.Validate(tc.args); (err == nil) != tc.ok {
+			t.Errorf("%s %v: valid %v, want %v (%v)", tc.tool, tc.args, err == nil, tc.ok, err)
+		}
+	}
+	for _, name := range []string{"sandbox", "process"} {
+		ann, _ := c.tools[name]["annotations"].(map[string]any)
+		if ann["destructiveHint"] != true || ann["readOnlyHint"] != false || ann["openWorldHint"] != false {
+			t.Errorf("%s annotations %v", name, ann)
+		}
+		if c.schemas[name] == nil {
+			t.Errorf("%s has no outputSchema", name)
+		}
+	}
+}
