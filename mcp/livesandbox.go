@@ -234,7 +234,8 @@ func (s *Server) fileAction(ctx context.Context, sb api.Sandboxes, in SandboxToo
 				StructuredContent: map[string]any{"path": in.Path, "size": len(data), "text": false}}, nil, nil
 		}
 		var b strings.Builder
-		fence(&b, "file", "untrusted file content", s.fenceTag(string(data)), string(data))
+		text := inertText(data)
+		fence(&b, "file", "untrusted file content", s.fenceTag(text), text)
 		return &CallToolResult{Content: []Content{TextContent(b.String())}, StructuredContent: map[string]any{"path": in.Path, "size": len(data), "text": true}}, nil, nil
 	case "write_file":
 		fi, err := sb.WriteFile(ctx, in.SandboxID, in.Path, []byte(in.Content), "")
@@ -462,7 +463,7 @@ func followProcess(ctx context.Context, sb api.Sandboxes, req *CallToolRequest, 
 				pty.add(ev.Data)
 			}
 			if live != nil && len(ev.Data) > 0 {
-				live.add(ev.Stream, strings.ToValidUTF8(string(ev.Data), "\uFFFD"))
+				live.add(ev.Stream, inertText(ev.Data))
 			}
 			if ev.End != nil {
 				out.Exit, out.Running = ev.End, false
@@ -476,8 +477,25 @@ func followProcess(ctx context.Context, sb api.Sandboxes, req *CallToolRequest, 
 	}
 }
 
+// inertText makes a live process's output inert for a model and the
+// terminal a user may read it in: invalid UTF-8 becomes U+FFFD, and ESC,
+// the other C0 controls but newline and tab, DEL and the C1 controls
+// (U+0080-U+009F, the 8-bit CSI and OSC among them) are removed, so no
+// escape sequence is left to act (OSC 52 writes the clipboard, OSC 8
+// plants a link: CVE-2021-25743's class). What followed an ESC stays as
+// text ("[31m"): the runs' own cleaner (oci.TextCleaner) is below mcp's
+// floor.
+func inertText(b []byte) string {
+	return strings.Map(func(r rune) rune {
+		if (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r <= 0x9f) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(string(b), "\uFFFD"))
+}
+
 func (o processOutput) fill(stdout, stderr, pty tailBuf) processOutput {
-	text := func(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") }
+	text := inertText
 	o.Stdout, o.Stderr, o.PTY = text(stdout.b), text(stderr.b), text(pty.b)
 	o.Dropped += stdout.dropped + stderr.dropped + pty.dropped
 	return o

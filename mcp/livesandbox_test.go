@@ -222,3 +222,23 @@ func TestLiveToolsSchemas(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveOutputIsInert: escape sequences and control characters of a
+// process's output and of a file read do not reach the model as such.
+func TestLiveOutputIsInert(t *testing.T) {
+	c, fake := liveServer(t)
+	id := structuredOf(t, c.tool("sandbox", map[string]any{"action": "create"}))["sandbox_id"].(string)
+	hostile := "\x1b]52;c;ZXZpbA==\x07ok\x1b[31m red\r\n\u009b2J\xff"
+	r := c.tool("process", map[string]any{"action": "start", "sandbox_id": id, "command": "echo " + hostile})
+	out := structuredOf(t, r)["stdout"].(string)
+	if strings.ContainsAny(out, "\x1b\x07\r\u009b") || !strings.Contains(out, "ok") || !strings.Contains(out, "\uFFFD") {
+		t.Errorf("stdout %q: controls left", out)
+	}
+	if strings.ContainsAny(resText(r), "\x1b\x07\u009b") {
+		t.Errorf("text block %q: controls left", resText(r))
+	}
+	fake.WriteFile(t.Context(), id, "f.txt", []byte("a\x1b[2Jb\n"), "")
+	if r := c.tool("sandbox", map[string]any{"action": "read_file", "sandbox_id": id, "path": "f.txt"}); strings.Contains(resText(r), "\x1b") || !strings.Contains(resText(r), "a[2Jb") {
+		t.Errorf("read_file %q", resText(r))
+	}
+}
