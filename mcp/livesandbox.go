@@ -28,7 +28,7 @@ type LiveOptions struct {
 	// output (0: 1 s).
 	ProgressEvery time.Duration
 	// PortURL is where the host reaches port of sandbox id through
-	// sandcell's proxy (nil: port_url says the server has no proxy).
+	// sandcell's proxy (nil, or "": port_url says the server has none).
 	PortURL func(id string, port int) string
 	// ForegroundWait is the longest a foreground start waits for its
 	// process (0: 2 minutes); past it the call answers with the output so
@@ -196,13 +196,16 @@ func sandboxAction(ctx context.Context, s *Server, sb api.Sandboxes, o LiveOptio
 		if err := need(in.Action, in.Port > 0, "port"); err != nil {
 			return nil, nil, err
 		}
-		if o.PortURL == nil {
-			return nil, nil, errors.New("this server has no port proxy (it serves HTTP with --http to have one)")
-		}
 		if _, err := sb.Sandbox(ctx, in.SandboxID); err != nil {
 			return nil, nil, err
 		}
-		u := o.PortURL(in.SandboxID, in.Port)
+		u := ""
+		if o.PortURL != nil {
+			u = o.PortURL(in.SandboxID, in.Port)
+		}
+		if u == "" {
+			return nil, nil, errors.New("this server has no port proxy: it has one when it serves HTTP (serve --http)")
+		}
 		return &CallToolResult{Content: []Content{TextContent(fmt.Sprintf("port %d of %s is reachable from the host at %s (with the server's token, if it has one)", in.Port, in.SandboxID, u))},
 			StructuredContent: map[string]any{"sandbox_id": in.SandboxID, "port": in.Port, "url": u}}, nil, nil
 	case "read_file", "write_file", "list_files":

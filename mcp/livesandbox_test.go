@@ -242,3 +242,15 @@ func TestLiveOutputIsInert(t *testing.T) {
 		t.Errorf("read_file %q", resText(r))
 	}
 }
+
+func TestLivePortURLWithoutProxy(t *testing.T) {
+	s := NewServer(nil)
+	fake := testutil.NewFakeSandboxes()
+	AddLiveSandboxTools(s, fake, &LiveOptions{PortURL: func(string, int) string { return "" }}) // serve without --http
+	c := dialSandbox(t, s, nil)
+	info, _ := fake.CreateSandbox(t.Context(), api.SandboxSpec{})
+	r := c.tool("sandbox", map[string]any{"action": "port_url", "sandbox_id": info.ID, "port": 8000})
+	if !isErr(r) || !strings.Contains(resText(r), "serve --http") {
+		t.Errorf("port_url without a proxy: %s", resText(r))
+	}
+}

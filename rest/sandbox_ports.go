@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -102,7 +103,9 @@ func newPorts(h *Handler) *ports {
 			}
 			judge0Error(w, http.StatusBadGateway, fmt.Sprintf("port %d of sandbox %s: %v (is a server listening on it?)", t.port, t.id, err))
 		},
-		ErrorLog: nil,
+		// Its own complaints (a client gone mid-copy) go to the
+		// handler's log, at debug.
+		ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
 	}
 	return p
 }
