@@ -1,6 +1,7 @@
 package rest
 
 import (
+	stdcmp "cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,6 +79,17 @@ type Options struct {
 	MaxBodyBytes int64
 	// Logger receives the adapters' logs (nil: discarded).
 	Logger *slog.Logger
+
+	// Sandboxes, if set, serves live sandboxes under /v1/sandboxes and
+	// their ports (sandbox.go, sandbox_ports.go); nil: those routes are
+	// absent. SandboxDomain is the domain of host-routed ports
+	// ("<port>-<id>.<domain>"; "": "localhost"). MaxPortConns bounds the
+	// proxy's connections to one sandbox at once (0: 64); PortIdle closes
+	// one without a byte either way for that long (0: 5 minutes).
+	Sandboxes     api.Sandboxes
+	SandboxDomain string
+	MaxPortConns  int
+	PortIdle      time.Duration
 }
 
 // Handler serves both APIs (see the package doc). Close it when the server
@@ -88,6 +100,7 @@ type Handler struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	judge0 *judge0
+	ports  *ports
 
 	langMu   sync.Mutex
 	langAt   time.Time
@@ -108,6 +121,13 @@ func New(opts Options) *Handler {
 	h.pistonRoutes()
 	h.judge0.routes()
 	h.fusionRoutes()
+	if opts.Sandboxes != nil {
+		h.opts.SandboxDomain = strings.ToLower(strings.Trim(stdcmp.Or(opts.SandboxDomain, "localhost"), "."))
+		h.opts.MaxPortConns = stdcmp.Or(max(opts.MaxPortConns, 0), 64)
+		h.opts.PortIdle = stdcmp.Or(max(opts.PortIdle, 0), 5*time.Minute)
+		h.ports = newPorts(h)
+		h.sandboxRoutes()
+	}
 	return h
 }
 
@@ -117,6 +137,10 @@ func (h *Handler) Close() { h.judge0.close() }
 // ServeHTTP guards the request (Options.Guard), then routes it. An
 // unknown path gets the 404 of the API it would belong to.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if t, ok := h.hostRoute(r.Host); ok {
+		h.serveHostRoute(w, r, t) // a sandbox's port by its host name: every path is the application's
+		return
+	}
 	piston := strings.HasPrefix(r.URL.Path, "/api/v2/")
 	if h.opts.Guard != nil {
 		// Judge0's clients send their token as X-Auth-Token (its
@@ -139,7 +163,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if !piston {
+	// Judge0's trailing slashes are trimmed, not a proxied path's.
+	if !piston && !strings.HasPrefix(r.URL.Path, sandboxPrefix+"/") {
 		r = judge0Path(r)
 	}
 	h.mux.ServeHTTP(w, r)

@@ -55,6 +55,7 @@ func commandTable() []command {
 		{name: "rootfs", synopsis: "build|list|prune|verify [flags]", summary: "build, list, prune and verify language layers", setup: rootfsCommand, subs: rootfsCommands},
 		{name: "build", synopsis: "[--all | LANG...]", summary: "same as rootfs build", setup: buildCommand},
 		{name: "image", synopsis: "import|list|rm [flags]", summary: "import OCI images (layouts, docker save archives) as run environments", setup: imageCommand, subs: imageCommands},
+		{name: "port-forward", synopsis: "[--server URL] [--auth-token-file F] [--listen ADDR] SANDBOX PORT", summary: "reach a TCP port of a live sandbox on a local address, through the server", setup: portForwardCommand},
 		{name: "languages", synopsis: "[--json]", summary: "list the languages and whether their layers are built", setup: languagesCommand},
 		{name: "doctor", synopsis: "[--json]", summary: "check what this host supports and how to fix what is missing", setup: doctorCommand},
 		{name: "config", synopsis: "check FILE | show", summary: "validate a config file, or print the effective configuration", setup: configCommand},

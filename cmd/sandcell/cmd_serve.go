@@ -77,6 +77,8 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		return env.fail(err)
 	}
 	srv := service.NewServer(svc.Service, service.ServerOptions{Version: version.String(), NoInstall: env.cfg.Deps.Off})
+	var liveREST rest.Options
+	setLiveBase := liveFrontEnds(liveSandboxesOf(svc), srv, &liveREST, sc)
 
 	// ctx ends at SIGTERM/SIGINT; the server's life, one drain later.
 	signalled := ctx
@@ -144,17 +146,21 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		mux.Handle("/metrics", h.Guard(svc.metrics.Handler()))
 		// Piston's and Judge0's REST APIs on the same listener, under the
 		// same Origin and token rules (h.Check), the same executor and gate.
+		// Live sandboxes' API and port proxy too (liveFrontEnds), if the
+		// service has them.
 		rh := rest.New(rest.Options{Executor: svc.exec, Admit: svc.Admit(), Guard: h.Check,
 			Languages: rest.BuiltLanguages(svc.exec.LayerStore), Ceilings: env.cfg.Ceilings,
 			Workers: env.cfg.MaxRuns, Logger: env.log,
-			Judge0Callbacks: egress.Config{Allow: sc.Judge0CallbackAllow, Hosts: env.cfg.Deps.Hosts, Logger: env.log, Labels: []any{"judge0", "callback"}}})
+			Judge0Callbacks: egress.Config{Allow: sc.Judge0CallbackAllow, Hosts: env.cfg.Deps.Hosts, Logger: env.log, Labels: []any{"judge0", "callback"}},
+			Sandboxes:       liveREST.Sandboxes, SandboxDomain: liveREST.SandboxDomain})
 		defer rh.Close()
 		mux.Handle("/", drain.Wrap(rh))
+		setLiveBase(ln.Addr())
 		// Header, body (mcp.HTTPOptions.BodyTimeout) and keep-alive idle
 		// time are bounded, and so are the connections at once; no
 		// ReadTimeout: net/http applies it to the whole connection, so a
 		// tool call longer than it would be cancelled.
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		hs := &http.Server{Handler: rh.PortHosts(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 		ln = netutil.LimitListener(ln, maxConns)
 		env.log.Info("serving MCP on HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
 		wg.Add(1)

@@ -9,6 +9,7 @@
 //	sandcell [global flags] batch --shard K/N ...                             run shard K of N of it
 //	sandcell batch merge (--in FILE | --humaneval PATH) --out FILE SHARD...   merge the shards' results
 //	sandcell [global flags] serve [--stdio] [--http ADDR] [--tcp ADDR]        serve MCP
+//	sandcell port-forward [--server URL] SANDBOX PORT                         reach a live sandbox's TCP port locally
 //	sandcell [global flags] rootfs build|list|prune|verify                    manage the language layers
 //	sandcell [global flags] build [--all | LANG...]                           same as rootfs build
 //	sandcell [global flags] image import|list|rm                              manage imported OCI images

@@ -131,3 +131,16 @@ func TestHelpPrintsNoPanic(t *testing.T) {
 		}
 	}
 }
+
+func TestServeToolsAndDomain(t *testing.T) {
+	for _, s := range []Serve{{Tools: "all"}, {SandboxDomain: "localhost:8080"}, {SandboxDomain: "."}} {
+		if err := s.Validate(); err == nil {
+			t.Errorf("%+v: no error", s)
+		}
+	}
+	for _, s := range []Serve{{}, {Tools: ToolsLive, SandboxDomain: "sb.example.com"}, {Tools: ToolsDefault}} {
+		if err := s.Validate(); err != nil {
+			t.Errorf("%+v: %v", s, err)
+		}
+	}
+}

@@ -57,6 +57,8 @@ var samples = map[string]struct {
 	"prebuild":                {[]string{"sh,python"}, `["sh", "python"]`},
 	"drain-timeout":           {[]string{"30s"}, `"30s"`},
 	"judge0-callback-allow":   {[]string{"cb.test:443"}, `["cb.test:443"]`},
+	"tools":                   {[]string{"live"}, `"live"`},
+	"sandbox-domain":          {[]string{"sb.test"}, `"sb.test"`},
 	"max-kernels":             {[]string{"3"}, `3`},
 	"max-sandboxes":           {[]string{"7"}, `7`},
 	"kernel-idle":             {[]string{"2m"}, `"2m"`},

@@ -36,6 +36,13 @@ type Serve struct {
 	// (names only; --egress-host maps a name to a loopback or private
 	// address).
 	Judge0CallbackAllow []string
+	// Tools is the MCP tool profile: "default", or "live" (the default
+	// set and the live sandboxes' tools sandbox and process, issue #39:
+	// about 3.4 KB more of what a model reads, so they are asked for).
+	Tools string
+	// SandboxDomain is the domain of the port proxy's host names
+	// ("<port>-<id>.<domain>"; "" : localhost).
+	SandboxDomain string
 }
 
 // AddFlags registers serve's flags on fs.
@@ -47,6 +54,8 @@ func (s *Serve) AddFlags(fs *flag.FlagSet) {
 	fs.Var(&listValue{p: &s.AllowOrigins}, "allow-origin", "browser Origin allowed on HTTP besides loopback ones (repeatable; * for any)")
 	fs.DurationVar(&s.DrainTimeout, "drain-timeout", s.DrainTimeout, "on SIGTERM/SIGINT, first drain for at most this long: /readyz turns 503, new sessions are refused, requests in flight finish (0: cancel them at once)")
 	fs.Var(&listValue{p: &s.Judge0CallbackAllow, check: callbackTarget}, "judge0-callback-allow", "HOST:PORT a Judge0 submission's callback_url may reach (repeatable; none: callbacks refused; names only, --egress-host maps one to a private address)")
+	fs.StringVar(&s.Tools, "tools", s.Tools, "MCP tool profile: default, or live (adds the tools sandbox and process: live sandboxes with background processes and ports)")
+	fs.StringVar(&s.SandboxDomain, "sandbox-domain", s.SandboxDomain, "domain of a live sandbox's port by host name on --http: PORT-ID.DOMAIN (default localhost: http://8000-ID.localhost:PORT/ works on this machine)")
 	fs.Var(&listValue{p: &s.Prebuild, split: true}, "prebuild", "LANG,...: build these languages' layers before accepting calls (repeatable)")
 }
 
@@ -57,8 +66,22 @@ func (s *Serve) Validate() error {
 	if s.DrainTimeout < 0 {
 		return fmt.Errorf("--drain-timeout %s is negative", s.DrainTimeout)
 	}
+	switch s.Tools {
+	case "", ToolsDefault, ToolsLive:
+	default:
+		return fmt.Errorf("--tools %q: give %s or %s", s.Tools, ToolsDefault, ToolsLive)
+	}
+	if d := strings.Trim(s.SandboxDomain, "."); s.SandboxDomain != "" && (d == "" || strings.ContainsAny(d, ":/ ")) {
+		return fmt.Errorf("--sandbox-domain %q: give a domain name (localhost, sandboxes.example.com)", s.SandboxDomain)
+	}
 	return nil
 }
+
+// The MCP tool profiles (--tools).
+const (
+	ToolsDefault = "default"
+	ToolsLive    = "live"
+)
 
 // callbackTarget checks a --judge0-callback-allow entry as the egress
 // proxy checks its allowlist.
