@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/net/netutil"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/cmd/internal/metrics"
 	"github.com/sandcell/sandcell/executor"
@@ -100,6 +102,14 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		cancel()
 	}()
 	go svc.ExpireSessions(ctx)
+	// Every transport also serves `sandcell run` on the state dir's
+	// control socket (control.go). A server without it still serves.
+	if ctl, err := listenControl(env.cfg.StateDir, env.log); err != nil {
+		env.log.Warn("no control socket: `sandcell run` will not use this server", "err", err)
+	} else if ctl != nil {
+		defer ctl.Close()
+		go ctl.serve(ctx, controlHandler(env.cfg.LayerDir, svc, drain))
+	}
 	var (
 		wg       sync.WaitGroup
 		errMu    sync.Mutex
@@ -274,4 +284,28 @@ func prebuild(ctx context.Context, env *cliEnv, e *executor.Executor, langs []st
 		env.log.Info("layers ready", "language", l.Name, "ms", time.Since(start).Milliseconds())
 	}
 	return nil
+}
+
+// controlHandler runs the control socket's requests (`sandcell run`) on
+// the server's executor, through its gate as every call. A run for
+// another home, during a drain, or refused as busy goes back to the
+// client, which runs it itself.
+func controlHandler(home string, svc *served, drain *health.Drainer) func(context.Context, controlRequest) controlReply {
+	home = filepath.Clean(home)
+	return func(ctx context.Context, req controlRequest) controlReply {
+		switch {
+		case filepath.Clean(req.Home) != home:
+			return controlReply{Fallback: "this server's home is " + home}
+		case drain.Draining() || ctx.Err() != nil:
+			return controlReply{Fallback: "the server is shutting down"}
+		}
+		res, err := svc.exec.Execute(ctx, executor.Request{Request: req.Run.request(), Admit: svc.Admit()})
+		switch {
+		case errors.Is(err, api.ErrBusy):
+			return controlReply{Fallback: err.Error()}
+		case err != nil:
+			return controlReply{Error: err.Error()}
+		}
+		return controlReply{Result: &res, Notes: res.Notes}
+	}
 }

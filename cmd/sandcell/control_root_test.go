@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRunOnServerSameAsStandalone: with a server up (serve --tcp, its
+// control socket in its state dir), `sandcell run` runs there, and what
+// it prints and exits with is the same as a standalone run's
+// (--standalone; SANDCELL_NO_SERVER=1): stdout, stderr, the exit status
+// and every field of --json but the measured ones, for a program that
+// writes both streams and fails, its --json, stdin, --env, a timeout, a
+// limit clamped to the ceilings (its warning), a refusal (an unknown
+// language). Once the server is gone, so is its socket: run goes
+// standalone.
+func TestRunOnServerSameAsStandalone(t *testing.T) {
+	requireLayers(t, "sh")
+	state := testState(t)
+	home := layerHome()
+	ctx, stop := context.WithCancel(context.Background())
+	exited, serverErr := startServe(ctx, state, "--tcp", "127.0.0.1:0")
+	code, waited := -1, false
+	waitServe := func() {
+		if !waited {
+			waited = true
+			select {
+			case code = <-exited:
+			case <-time.After(30 * time.Second):
+				t.Errorf("serve did not exit\n%s", serverErr.String())
+			}
+		}
+	}
+	defer func() { stop(); waitServe() }()
+	sock := filepath.Join(state, controlSocketName)
+	waitFor(t, 30*time.Second, "the control socket", func() bool {
+		_, err := os.Lstat(sock)
+		return err == nil
+	})
+
+	// cliIn runs the CLI in-process against the server's state dir; a
+	// standalone run also gets the test's cgroup parent.
+	cliIn := func(standalone bool, stdin string, args ...string) (int, string, string) {
+		global := []string{"--state-dir", state, "--layer-dir", home}
+		if standalone {
+			global = append(global, "--cgroup-parent", "/"+filepath.Base(state))
+			args = append([]string{args[0], "--standalone"}, args[1:]...)
+		}
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append(global, args...), strings.NewReader(stdin), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	if code, _, errOut := cliIn(false, "", "--log-level", "debug", "run", "--lang", "sh", "--code", "true"); code != 0 || !strings.Contains(errOut, "ran on the local server") {
+		t.Fatalf("run with a server up: exit %d, stderr %q; want it run on the local server", code, errOut)
+	}
+
+	logTime := regexp.MustCompile(`time=\S+ `)
+	cases := []struct {
+		name  string
+		stdin string
+		args  []string
+	}{
+		{"streams and exit status", "", []string{"run", "--lang", "sh", "--code", "echo out; echo err >&2; exit 7"}},
+		{"json", "", []string{"run", "--lang", "sh", "--json", "--code", "echo out; echo err >&2; exit 7"}},
+		{"stdin and env", "hello\n", []string{"run", "--lang", "sh", "--stdin", "-", "--env", "K=V", "--code", `read x; echo "$x $K"`}},
+		{"timeout", "", []string{"run", "--lang", "sh", "--timeout", "500ms", "--code", "echo before; sleep 5"}},
+		{"timeout json", "", []string{"run", "--lang", "sh", "--json", "--timeout", "500ms", "--code", "sleep 5"}},
+		{"clamped", "", []string{"run", "--lang", "sh", "--timeout", "100h", "--code", "echo clamped"}},
+		{"refused", "", []string{"run", "--lang", "no-such-language", "--code", "true"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sc, sout, serr := cliIn(false, c.stdin, c.args...)
+			ac, aout, aerr := cliIn(true, c.stdin, c.args...)
+			if sc != ac {
+				t.Errorf("exit status: %d through the server, %d standalone", sc, ac)
+			}
+			if serr, aerr = logTime.ReplaceAllString(serr, ""), logTime.ReplaceAllString(aerr, ""); serr != aerr {
+				t.Errorf("stderr:\n%q through the server\n%q standalone", serr, aerr)
+			}
+			if !slices.Contains(c.args, "--json") {
+				if sout != aout {
+					t.Errorf("stdout:\n%q through the server\n%q standalone", sout, aout)
+				}
+				return
+			}
+			var sres, ares map[string]any
+			if err := json.Unmarshal([]byte(sout), &sres); err != nil {
+				t.Fatalf("--json through the server: %v\n%s", err, sout)
+			}
+			if err := json.Unmarshal([]byte(aout), &ares); err != nil {
+				t.Fatalf("--json standalone: %v\n%s", err, aout)
+			}
+			for _, measured := range []string{"execution_time_ms", "cpu_time_ms", "memory_peak_bytes"} {
+				for _, r := range []map[string]any{sres, ares} {
+					if _, ok := r[measured]; !ok {
+						t.Errorf("--json has no %s", measured)
+					}
+					delete(r, measured)
+				}
+			}
+			for k, av := range ares {
+				if sv, _ := json.Marshal(sres[k]); string(sv) != mustJSON(av) {
+					t.Errorf("--json %s: %s through the server, %s standalone", k, sv, mustJSON(av))
+				}
+			}
+			for k := range sres {
+				if _, ok := ares[k]; !ok {
+					t.Errorf("--json %s through the server only", k)
+				}
+			}
+		})
+	}
+
+	// The server gone (its socket with it), run makes its own instance.
+	stop()
+	if waitServe(); code != 0 {
+		t.Errorf("serve exited %d\n%s", code, serverErr.String())
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("the control socket after serve exited: %v, want it removed", err)
+	}
+	if r := runOnServer(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)), state, home, controlRun{Language: "sh", Source: []byte("true")}); r != nil {
+		t.Errorf("runOnServer with the server gone: %+v, want nil (standalone)", r)
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeServer listens on dir's control socket (0600, as serve makes it)
+// and counts the connections it accepts: a refused socket must get none.
+func fakeServer(t *testing.T, dir string) (path string, accepted *atomic.Int32) {
+	t.Helper()
+	path = filepath.Join(dir, controlSocketName)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	accepted = new(atomic.Int32)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	return path, accepted
+}
+
+// socketDir is a directory for a control socket (0700, this user's),
+// short enough for a unix socket's path.
+func socketDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestControlSocketChecks: `sandcell run` sends nothing to a control
+// socket that another user could have planted or swapped - one owned by
+// another user, writable by others, in a directory others can write, a
+// symlink, not a socket - and runs standalone instead (runOnServer nil,
+// and the listener behind it never sees a connection). A good one
+// passes.
+func TestControlSocketChecks(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tests := []struct {
+		name string
+		// spoil changes dir's good socket; it returns the path the
+		// client is given (its state dir's socket) and the owners to
+		// check against (nil: controlOwners()).
+		spoil func(t *testing.T, dir, sock string) (stateDir string, owners []int)
+		ok    bool
+	}{
+		{name: "good", ok: true, spoil: func(t *testing.T, dir, sock string) (string, []int) { return dir, nil }},
+		{name: "wrong owner", spoil: func(t *testing.T, dir, sock string) (string, []int) {
+			if os.Geteuid() == 0 {
+				if err := os.Lchown(sock, 4242, 4242); err != nil {
+					t.Fatal(err)
+				}
+				return dir, nil
+			}
+			return dir, []int{os.Geteuid() + 1} // not root: the owners are the parameter
+		}},
+		{name: "world-writable socket", spoil: func(t *testing.T, dir, sock string) (string, []int) {
+			if err := os.Chmod(sock, 0o666); err != nil {
+				t.Fatal(err)
+			}
+			return dir, nil
+		}},
+		{name: "writable directory", spoil: func(t *testing.T, dir, sock string) (string, []int) {
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			return dir, nil
+		}},
+		{name: "symlink", spoil: func(t *testing.T, dir, sock string) (string, []int) {
+			other := socketDir(t)
+			if err := os.Symlink(sock, filepath.Join(other, controlSocketName)); err != nil {
+				t.Fatal(err)
+			}
+			return other, nil
+		}},
+		{name: "not a socket", spoil: func(t *testing.T, dir, sock string) (string, []int) {
+			other := socketDir(t)
+			if err := os.WriteFile(filepath.Join(other, controlSocketName), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return other, nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := socketDir(t)
+			sock, accepted := fakeServer(t, dir)
+			state, owners := tt.spoil(t, dir, sock)
+			given := owners != nil
+			if !given {
+				owners = controlOwners()
+			}
+			err := checkControlSocket(filepath.Join(state, controlSocketName), owners)
+			if tt.ok != (err == nil) {
+				t.Fatalf("checkControlSocket: %v, want ok %v", err, tt.ok)
+			}
+			if tt.ok {
+				return
+			}
+			if !strings.Contains(err.Error(), "control socket refused") {
+				t.Errorf("checkControlSocket: %v, want a refusal", err)
+			}
+			if given {
+				return // the owners were the parameter: dialControl checks this user's
+			}
+			if r := runOnServer(context.Background(), log, state, "/home", controlRun{Language: "sh", Source: []byte("true")}); r != nil {
+				t.Errorf("runOnServer through a refused socket: %+v, want nil (standalone)", r)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if n := accepted.Load(); n != 0 {
+				t.Errorf("the refused socket's listener got %d connections, want none", n)
+			}
+		})
+	}
+}
+
+// TestControlSocketOnePerStateDir: the control socket of a state dir is
+// one server's (its lock): a second server of the same state dir serves
+// none, another state dir's server its own; closing removes the socket
+// and the lock, and the next server takes it over, a dead server's
+// socket file included.
+func TestControlSocketOnePerStateDir(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir, other := socketDir(t), socketDir(t)
+	first, err := listenControl(dir, log)
+	if err != nil || first == nil {
+		t.Fatalf("listenControl: %v %v", first, err)
+	}
+	st, err := os.Lstat(filepath.Join(dir, controlSocketName))
+	if err != nil || st.Mode().Type() != os.ModeSocket || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the socket: %v %v, want a socket of mode 0600", st, err)
+	}
+	second, err := listenControl(dir, log)
+	if err != nil || second != nil {
+		t.Fatalf("a second server of the same state dir: %v %v, want none (the first serves it)", second, err)
+	}
+	elsewhere, err := listenControl(other, log)
+	if err != nil || elsewhere == nil {
+		t.Fatalf("a server of another state dir: %v %v, want its own socket", elsewhere, err)
+	}
+	elsewhere.Close()
+	first.Close()
+	for _, name := range []string{controlSocketName, controlSocketName + ".lock"} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); !os.IsNotExist(err) {
+			t.Errorf("%s after Close: %v, want it gone", name, err)
+		}
+	}
+	// A killed server's socket stays; the next server replaces it.
+	ln, err := net.Listen("unix", filepath.Join(dir, controlSocketName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	next, err := listenControl(dir, log)
+	if err != nil || next == nil {
+		t.Fatalf("a server after a dead one: %v %v", next, err)
+	}
+	next.Close()
+}
+
+// TestRunServerAllowed: a run uses a local server only when nothing asks
+// for standalone (SANDCELL_NO_SERVER=1) and no global setting the server
+// would not honour is given, on the command line or in a config file.
+func TestRunServerAllowed(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "c.toml")
+	if err := os.WriteFile(conf, []byte("max-runs = 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	local := filepath.Join(t.TempDir(), "local.toml")
+	if err := os.WriteFile(local, []byte("log-level = \"error\"\nhttp = \"127.0.0.1:1\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args []string
+		env  string
+		want bool
+	}{
+		{[]string{"run", "--lang", "sh", "--code", "true"}, "", true},
+		{[]string{"--state-dir", "/run/x", "--home", "/var/lib/x", "--isolation", "gvisor", "--log-level", "debug", "run", "--code", "true"}, "", true},
+		{[]string{"--config", local, "run", "--code", "true"}, "", true},
+		{[]string{"run", "--code", "true"}, "1", false},
+		{[]string{"--max-memory", "1GiB", "run", "--code", "true"}, "", false},
+		{[]string{"--no-build", "run", "--code", "true"}, "", false},
+		{[]string{"--cgroup-parent", "/x", "run", "--code", "true"}, "", false},
+		{[]string{"--config", conf, "run", "--code", "true"}, "", false},
+	}
+	for _, tt := range tests {
+		t.Setenv(noServerEnv, tt.env)
+		cl, code := parse(tt.args, strings.NewReader(""), io.Discard, io.Discard)
+		if cl == nil {
+			t.Fatalf("parse %q: exit %d", tt.args, code)
+		}
+		if got := cl.env.serverAllowed(); got != tt.want {
+			t.Errorf("%s=%s %q: serverAllowed %v, want %v", noServerEnv, tt.env, tt.args, got, tt.want)
+		}
+	}
+}
