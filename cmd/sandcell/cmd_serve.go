@@ -108,7 +108,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		env.log.Warn("no control socket: `sandcell run` will not use this server", "err", err)
 	} else if ctl != nil {
 		defer ctl.Close()
-		go ctl.serve(ctx, controlHandler(env.cfg.LayerDir, svc, drain))
+		go ctl.serve(ctx, controlHandler(env.cfg.LayerDir, svc.exec.Execute, svc.Admit(), drain))
 	}
 	var (
 		wg       sync.WaitGroup
@@ -286,11 +286,12 @@ func prebuild(ctx context.Context, env *cliEnv, e *executor.Executor, langs []st
 	return nil
 }
 
-// controlHandler runs the control socket's requests (`sandcell run`) on
-// the server's executor, through its gate as every call. A run for
-// another home, during a drain, or refused as busy goes back to the
-// client, which runs it itself.
-func controlHandler(home string, svc *served, drain *health.Drainer) func(context.Context, controlRequest) controlReply {
+// controlHandler runs the control socket's requests (`sandcell run`)
+// with execute (the server's executor) through admit (its gate, as
+// every call). A run for another home, during a drain, or refused as
+// busy goes back to the client, which runs it itself.
+func controlHandler(home string, execute func(context.Context, executor.Request) (api.Result, error),
+	admit func(context.Context) (func(), error), drain *health.Drainer) func(context.Context, controlRequest) controlReply {
 	home = filepath.Clean(home)
 	return func(ctx context.Context, req controlRequest) controlReply {
 		switch {
@@ -299,7 +300,7 @@ func controlHandler(home string, svc *served, drain *health.Drainer) func(contex
 		case drain.Draining() || ctx.Err() != nil:
 			return controlReply{Fallback: "the server is shutting down"}
 		}
-		res, err := svc.exec.Execute(ctx, executor.Request{Request: req.Run.request(), Admit: svc.Admit()})
+		res, err := execute(ctx, executor.Request{Request: req.Run.request(), Admit: admit})
 		switch {
 		case errors.Is(err, api.ErrBusy):
 			return controlReply{Fallback: err.Error()}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +13,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/executor"
+	"github.com/sandcell/sandcell/internal/health"
 )
 
 // fakeServer listens on dir's control socket (0600, as serve makes it)
@@ -221,5 +227,131 @@ func TestRunServerAllowed(t *testing.T) {
 		if got := cl.env.serverAllowed(); got != tt.want {
 			t.Errorf("%s=%s %q: serverAllowed %v, want %v", noServerEnv, tt.env, tt.args, got, tt.want)
 		}
+	}
+}
+
+// serveControl serves handle on a control socket of its own and returns
+// its state dir.
+func serveControl(t *testing.T, handle func(context.Context, controlRequest) controlReply) string {
+	t.Helper()
+	dir := socketDir(t)
+	srv, err := listenControl(dir, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil || srv == nil {
+		t.Fatalf("listenControl: %v %v", srv, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.serve(ctx, handle); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; srv.Close() })
+	return dir
+}
+
+// TestControlProtocol: a run goes to the server and its reply comes
+// back whole (the result, the limit notes api.Result does not
+// serialize, a refusal's text); a reply asking for a standalone run, a
+// server that closes without a reply, and a request of another protocol
+// version make the client run it itself; ^C (the client's context)
+// cancels the run on the server, whose result still comes back.
+func TestControlProtocol(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	run := controlRun{Language: "sh", Source: []byte("echo hi"), Stdin: []byte{0, 0xfe}, Env: []string{"K=V"}, Limits: api.Limits{TimeoutMS: 1500}}
+	var got controlRequest
+	dir := serveControl(t, func(ctx context.Context, req controlRequest) controlReply {
+		got = req
+		switch string(req.Run.Source) {
+		case "refuse":
+			return controlReply{Error: "unknown language \"x\""}
+		case "standalone":
+			return controlReply{Fallback: "busy"}
+		case "wait":
+			select {
+			case <-ctx.Done(): // the client's ^C
+				return controlReply{Result: &api.Result{Phase: api.Phase{Status: api.StatusCancelled, ExitCode: 137, Message: "cancelled"}}}
+			case <-time.After(5 * time.Second):
+				return controlReply{Result: &api.Result{Phase: api.Phase{Status: api.StatusOK}}}
+			}
+		}
+		return controlReply{Result: &api.Result{Phase: api.Phase{Stdout: "hi\n", Status: api.StatusOK}}, Notes: []string{"timeout clamped"}}
+	})
+	r := runOnServer(context.Background(), log, dir, "/home", run)
+	if r == nil || r.Result.Stdout != "hi\n" || len(r.Notes) != 1 || r.Notes[0] != "timeout clamped" {
+		t.Fatalf("runOnServer: %+v, want the result and its note", r)
+	}
+	if got.Version != controlVersion || got.Home != "/home" || string(got.Run.Stdin) != string(run.Stdin) || got.Run.Env[0] != "K=V" || got.Run.Limits.TimeoutMS != 1500 {
+		t.Errorf("the server got %+v, want %+v", got, run)
+	}
+	run.Source = []byte("refuse")
+	if r := runOnServer(context.Background(), log, dir, "/home", run); r == nil || r.Error != `unknown language "x"` {
+		t.Errorf("a refusal: %+v", r)
+	}
+	run.Source = []byte("standalone")
+	if r := runOnServer(context.Background(), log, dir, "/home", run); r != nil {
+		t.Errorf("a reply asking for a standalone run: %+v, want nil", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	run.Source = []byte("wait")
+	if r := runOnServer(ctx, log, dir, "/home", run); r == nil || r.Result.Status != api.StatusCancelled {
+		t.Errorf("a run cancelled by the client: %+v, want its cancelled result", r)
+	}
+
+	// Another protocol version: the server asks for a standalone run.
+	c, err := dialControl(filepath.Join(dir, controlSocketName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	json.NewEncoder(c).Encode(controlRequest{Version: controlVersion + 1, Home: "/home", Run: run})
+	var reply controlReply
+	if err := json.NewDecoder(c).Decode(&reply); err != nil || reply.Fallback == "" || reply.Result != nil {
+		t.Errorf("a request of another version: %+v %v, want a fallback", reply, err)
+	}
+
+	// A server that closes without a reply.
+	mute := socketDir(t)
+	fakeServer(t, mute)
+	if r := runOnServer(context.Background(), log, mute, "/home", run); r != nil {
+		t.Errorf("a server that closed without a reply: %+v, want nil (standalone)", r)
+	}
+}
+
+// TestControlHandler: the server runs a request through its gate and
+// answers its result and notes, or a refusal's text; it sends back, to
+// run standalone, a request for another home, one that comes during a
+// drain, and one its gate refuses as busy.
+func TestControlHandler(t *testing.T) {
+	var drain health.Drainer
+	admit := func(context.Context) (func(), error) { return func() {}, nil }
+	var err error
+	var admitted bool
+	execute := func(ctx context.Context, req executor.Request) (api.Result, error) {
+		admitted = req.Admit != nil
+		return api.Result{Phase: api.Phase{Stdout: string(req.Source)}, Notes: []string{"clamped"}}, err
+	}
+	h := controlHandler("/var/lib/sandcell/", execute, admit, &drain)
+	req := controlRequest{Version: controlVersion, Home: "/var/lib/sandcell", Run: controlRun{Language: "sh", Source: []byte("out")}}
+	if r := h(context.Background(), req); r.Result == nil || r.Result.Stdout != "out" || len(r.Notes) != 1 || !admitted {
+		t.Errorf("a run: %+v (admitted through the gate: %v)", r, admitted)
+	}
+	err = fmt.Errorf("%w: unknown language", api.ErrInvalid)
+	if r := h(context.Background(), req); r.Error != err.Error() || r.Result != nil {
+		t.Errorf("a refusal: %+v", r)
+	}
+	err = fmt.Errorf("%w: 4 runs waiting", api.ErrBusy)
+	if r := h(context.Background(), req); r.Fallback == "" || r.Result != nil {
+		t.Errorf("busy: %+v, want a fallback", r)
+	}
+	err = nil
+	other := req
+	other.Home = "/srv/other"
+	if r := h(context.Background(), other); r.Fallback == "" {
+		t.Errorf("another home: %+v, want a fallback", r)
+	}
+	go drain.Drain(context.Background())
+	for !drain.Draining() {
+		time.Sleep(time.Millisecond)
+	}
+	if r := h(context.Background(), req); r.Fallback == "" {
+		t.Errorf("during a drain: %+v, want a fallback", r)
 	}
 }
