@@ -102,13 +102,16 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		cancel()
 	}()
 	go svc.ExpireSessions(ctx)
-	// Every transport also serves `sandcell run` on the state dir's
-	// control socket (control.go). A server without it still serves.
-	if ctl, err := listenControl(env.cfg.StateDir, env.log); err != nil {
-		env.log.Warn("no control socket: `sandcell run` will not use this server", "err", err)
-	} else if ctl != nil {
-		defer ctl.Close()
-		go ctl.serve(ctx, controlHandler(env.cfg.LayerDir, svc.exec.Execute, svc.Admit(), drain))
+	// Every transport also serves `sandcell run` on a control socket in
+	// the instance's directory (control.go), gone with the instance. A
+	// server without it (no runc instance: wasm only) still serves.
+	if lc := svc.exec.Runtimes.Libcontainer(); lc != nil {
+		if ctl, err := listenControl(filepath.Join(env.cfg.StateDir, lc.Instance()), env.log); err != nil {
+			env.log.Warn("no control socket: `sandcell run` will not use this server", "err", err)
+		} else {
+			defer ctl.Close()
+			go ctl.serve(ctx, controlHandler(env.cfg.LayerDir, svc.exec.Execute, svc.Admit(), drain))
+		}
 	}
 	var (
 		wg       sync.WaitGroup

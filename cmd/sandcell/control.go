@@ -21,8 +21,9 @@ import (
 )
 
 // The control socket (issue #41): `sandcell serve` also listens on a unix
-// socket in its state dir, and `sandcell run` sends its run there when a
-// server is up, instead of making an instance and a fork server of its
+// socket in its instance's directory of the state dir
+// (<state>/<instance>/sandcell.sock), and `sandcell run` sends its run
+// there when a server of its state dir is up, instead of making an instance and a fork server of its
 // own for one run (23-29 ms of a `true` run went there). Like docker's
 // /run/docker.sock it is root's: 0600, and every connection's peer is
 // checked (SO_PEERCRED) on both sides.
@@ -33,9 +34,10 @@ import (
 // result (status cancelled) still comes back. A reply with Fallback set
 // (busy, draining, another home) tells the client to run it itself.
 
-// controlSocketName is the socket's name in the state dir; the lock file
-// beside it (controlSocketName + ".lock") is held by the server serving
-// it, so that two servers sharing a state dir never take each other's.
+// controlSocketName is the socket's name in its server's instance
+// directory: each server has its own, gone with the instance (its Close,
+// or its reaper after a kill -9, removes the directory), and a client
+// finds only those of its own state dir.
 const controlSocketName = "sandcell.sock"
 
 // controlVersion is the protocol's version: a server refuses (Fallback)
@@ -103,16 +105,16 @@ var errSocketRefused = errors.New("control socket refused")
 
 // checkControlSocket checks, before anything is sent, that path is a
 // socket (lstat: not a symlink) owned by one of owners and not writable
-// by others, in a directory owned by one of owners and writable by no one
-// else. It defends against a planted socket (socket squatting, CWE-283
-// unverified ownership; CWE-59 link following): a user who could place or
-// swap the socket would receive the programs and stdin sent to it and
-// could forge their results (CI verdicts). The peer's own uid is checked
-// once connected (checkPeer): the path checks keep the socket from being
-// swapped between them.
+// by others, in a directory (its instance's) owned by one of owners and
+// writable by no one else. It defends against a planted socket (socket
+// squatting, CWE-283 unverified ownership; CWE-59 link following): a
+// user who could place or swap the socket would receive the programs and
+// stdin sent to it and could forge their results (CI verdicts). The state
+// dir above is checked the same way (findControl), and the peer's own
+// uid once connected (checkPeer): the path checks keep the socket from
+// being swapped between them.
 func checkControlSocket(path string, owners []int) error {
-	dir := filepath.Dir(path)
-	if err := checkOwned(dir, owners, 0o022); err != nil {
+	if err := checkOwnedDir(filepath.Dir(path), owners); err != nil {
 		return err
 	}
 	st, err := os.Lstat(path)
@@ -123,6 +125,19 @@ func checkControlSocket(path string, owners []int) error {
 		return fmt.Errorf("%w: %s is not a socket (%s)", errSocketRefused, path, st.Mode().Type())
 	}
 	return checkOwned(path, owners, 0o002)
+}
+
+// checkOwnedDir checks that dir is a directory (not a symlink) owned by
+// one of owners that no one else can write.
+func checkOwnedDir(dir string, owners []int) error {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory (%s)", errSocketRefused, dir, st.Mode().Type())
+	}
+	return checkOwned(dir, owners, 0o022)
 }
 
 // checkOwned checks that path (not followed) is owned by one of owners
@@ -201,13 +216,48 @@ func dialControl(path string) (*net.UnixConn, error) {
 	return uc, nil
 }
 
+// findControl connects to a server of stateDir: the first instance
+// directory with a control socket that passes the checks and answers.
+// It returns why none did (errSocketRefused for a socket refused; the
+// state dir's own check first).
+func findControl(stateDir string) (*net.UnixConn, string, error) {
+	if err := checkOwnedDir(stateDir, controlOwners()); err != nil {
+		return nil, stateDir, err
+	}
+	entries, err := os.ReadDir(stateDir)
+	if err != nil {
+		return nil, stateDir, err
+	}
+	var errs []error
+	for _, e := range entries {
+		path := filepath.Join(stateDir, e.Name(), controlSocketName)
+		if !e.IsDir() {
+			if _, err := os.Lstat(path); err == nil { // a symlink to a directory
+				errs = append(errs, fmt.Errorf("%w: %s is not a directory", errSocketRefused, filepath.Dir(path)))
+			}
+			continue
+		}
+		if _, err := os.Lstat(path); err != nil {
+			continue // not a server's instance (a run's, a dead one's)
+		}
+		c, err := dialControl(path)
+		if err == nil {
+			return c, path, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil, stateDir, fmt.Errorf("no control socket in %s", stateDir)
+	}
+	return nil, stateDir, errors.Join(errs...)
+}
+
 // runOnServer sends run to the local server of the state dir, if one
 // serves it and passes the checks, and returns its reply; nil when the
 // run is to go standalone (no server, a refused socket: logged, a server
 // that asks for it).
 func runOnServer(ctx context.Context, log *slog.Logger, stateDir, home string, run controlRun) *controlReply {
-	path := filepath.Join(stateDir, controlSocketName)
-	c, err := dialControl(path)
+	c, path, err := findControl(stateDir)
 	if err != nil {
 		switch {
 		case errors.Is(err, errSocketRefused):
@@ -245,83 +295,31 @@ func runOnServer(ctx context.Context, log *slog.Logger, stateDir, home string, r
 	return &reply
 }
 
-// controlServer serves the control socket of a state dir.
+// controlServer serves a server's control socket.
 type controlServer struct {
 	path string
-	lock *os.File
 	ln   *net.UnixListener
 	log  *slog.Logger
 	wg   sync.WaitGroup
 }
 
-// listenControl takes the control socket of stateDir: it locks it (a
-// second server sharing the state dir serves none: nil, nil and a
-// warning), removes a dead server's socket and listens, 0600.
-func listenControl(stateDir string, log *slog.Logger) (*controlServer, error) {
-	if err := os.MkdirAll(stateDir, 0o711); err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
-	}
-	path := filepath.Join(stateDir, controlSocketName)
-	lock, err := lockFile(path + ".lock")
-	if err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
-	}
-	if lock == nil {
-		log.Warn("another server serves this state dir's control socket: `sandcell run` goes there, not here", "socket", path)
-		return nil, nil
-	}
-	// What is there is a dead server's (the lock is ours): a socket, or
-	// nothing. Anything else is left for the operator to look at.
-	if st, err := os.Lstat(path); err == nil {
-		if st.Mode().Type() != os.ModeSocket {
-			lock.Close()
-			return nil, fmt.Errorf("control socket %s: a %s is in its place", path, st.Mode().Type())
-		}
-		if err := os.Remove(path); err != nil {
-			lock.Close()
-			return nil, fmt.Errorf("control socket %s: %w", path, err)
-		}
-	}
+// listenControl listens on the control socket in dir, the server's
+// instance directory, 0600.
+func listenControl(dir string, log *slog.Logger) (*controlServer, error) {
+	path := filepath.Join(dir, controlSocketName)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		lock.Close()
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	// Bound with the umask's mode for a moment: every connection's peer
 	// is checked (serve), so one made before the chmod is refused all
-	// the same unless it is root's.
+	// the same unless it is the server's own user.
 	ln.SetUnlinkOnClose(true)
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
-		lock.Close()
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	return &controlServer{path: path, lock: lock, ln: ln, log: log}, nil
-}
-
-// lockFile takes an exclusive flock on path without waiting: nil, nil
-// when another process holds it.
-func lockFile(path string) (*os.File, error) {
-	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			f.Close()
-			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("flock %s: %w", path, err)
-		}
-		// The holder removes the file as it unlocks (close): the lock
-		// counts only if path still names the file locked.
-		var a, b unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &a) == nil && unix.Stat(path, &b) == nil && a.Ino == b.Ino && a.Dev == b.Dev {
-			return f, nil
-		}
-		f.Close()
-	}
+	return &controlServer{path: path, ln: ln, log: log}, nil
 }
 
 // serve answers each connection with handle until ctx ends or the
@@ -385,11 +383,9 @@ func (s *controlServer) conn(ctx context.Context, c *net.UnixConn, handle func(c
 	}
 }
 
-// Close stops listening, removes the socket, waits for the connections
-// in flight and lets go of the lock (removing its file first).
+// Close stops listening, removes the socket and waits for the
+// connections in flight.
 func (s *controlServer) Close() {
 	s.ln.Close()
 	s.wg.Wait()
-	os.Remove(s.lock.Name())
-	s.lock.Close()
 }

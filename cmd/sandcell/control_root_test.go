@@ -42,10 +42,13 @@ func TestRunOnServerSameAsStandalone(t *testing.T) {
 		}
 	}
 	defer func() { stop(); waitServe() }()
-	sock := filepath.Join(state, controlSocketName)
+	var sock string
 	waitFor(t, 30*time.Second, "the control socket", func() bool {
-		_, err := os.Lstat(sock)
-		return err == nil
+		socks, _ := filepath.Glob(filepath.Join(state, "*", controlSocketName))
+		if len(socks) == 1 {
+			sock = socks[0]
+		}
+		return sock != ""
 	})
 
 	// cliIn runs the CLI in-process against the server's state dir; a

@@ -19,11 +19,16 @@ import (
 	"github.com/sandcell/sandcell/internal/health"
 )
 
-// fakeServer listens on dir's control socket (0600, as serve makes it)
-// and counts the connections it accepts: a refused socket must get none.
-func fakeServer(t *testing.T, dir string) (path string, accepted *atomic.Int32) {
+// fakeServer listens on a control socket in an instance directory of
+// the state dir (0711 and 0600, as serve makes them) and counts the
+// connections it accepts: a refused socket must get none.
+func fakeServer(t *testing.T, state string) (path string, accepted *atomic.Int32) {
 	t.Helper()
-	path = filepath.Join(dir, controlSocketName)
+	inst := filepath.Join(state, "1.2.3.4")
+	if err := os.Mkdir(inst, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(inst, controlSocketName)
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -63,52 +68,61 @@ func socketDir(t *testing.T) string {
 
 // TestControlSocketChecks: `sandcell run` sends nothing to a control
 // socket that another user could have planted or swapped - one owned by
-// another user, writable by others, in a directory others can write, a
-// symlink, not a socket - and runs standalone instead (runOnServer nil,
-// and the listener behind it never sees a connection). A good one
-// passes.
+// another user, writable by others, in an instance directory or a state
+// dir others can write, a symlink (the socket's or its directory's), not
+// a socket - and runs standalone instead (runOnServer nil, and the
+// listener behind it never sees a connection). A good one passes.
 func TestControlSocketChecks(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	tests := []struct {
 		name string
-		// spoil changes dir's good socket; it returns the path the
-		// client is given (its state dir's socket) and the owners to
+		// spoil changes a state dir whose server's socket is good; it
+		// returns the state dir the client is given and the owners to
 		// check against (nil: controlOwners()).
-		spoil func(t *testing.T, dir, sock string) (stateDir string, owners []int)
+		spoil func(t *testing.T, state, sock string) (stateDir string, owners []int)
 		ok    bool
 	}{
-		{name: "good", ok: true, spoil: func(t *testing.T, dir, sock string) (string, []int) { return dir, nil }},
-		{name: "wrong owner", spoil: func(t *testing.T, dir, sock string) (string, []int) {
+		{name: "good", ok: true, spoil: func(t *testing.T, state, sock string) (string, []int) { return state, nil }},
+		{name: "wrong owner", spoil: func(t *testing.T, state, sock string) (string, []int) {
 			if os.Geteuid() == 0 {
 				if err := os.Lchown(sock, 4242, 4242); err != nil {
 					t.Fatal(err)
 				}
-				return dir, nil
+				return state, nil
 			}
-			return dir, []int{os.Geteuid() + 1} // not root: the owners are the parameter
+			return state, []int{os.Geteuid() + 1} // not root: the owners are the parameter
 		}},
-		{name: "world-writable socket", spoil: func(t *testing.T, dir, sock string) (string, []int) {
-			if err := os.Chmod(sock, 0o666); err != nil {
-				t.Fatal(err)
-			}
-			return dir, nil
+		{name: "world-writable socket", spoil: func(t *testing.T, state, sock string) (string, []int) {
+			chmod(t, sock, 0o666)
+			return state, nil
 		}},
-		{name: "writable directory", spoil: func(t *testing.T, dir, sock string) (string, []int) {
-			if err := os.Chmod(dir, 0o777); err != nil {
-				t.Fatal(err)
-			}
-			return dir, nil
+		{name: "writable instance directory", spoil: func(t *testing.T, state, sock string) (string, []int) {
+			chmod(t, filepath.Dir(sock), 0o777)
+			return state, nil
 		}},
-		{name: "symlink", spoil: func(t *testing.T, dir, sock string) (string, []int) {
+		{name: "writable state dir", spoil: func(t *testing.T, state, sock string) (string, []int) {
+			chmod(t, state, 0o777)
+			return state, nil
+		}},
+		{name: "symlink", spoil: func(t *testing.T, state, sock string) (string, []int) {
 			other := socketDir(t)
-			if err := os.Symlink(sock, filepath.Join(other, controlSocketName)); err != nil {
+			mkdir(t, filepath.Join(other, "inst"))
+			if err := os.Symlink(sock, filepath.Join(other, "inst", controlSocketName)); err != nil {
 				t.Fatal(err)
 			}
 			return other, nil
 		}},
-		{name: "not a socket", spoil: func(t *testing.T, dir, sock string) (string, []int) {
+		{name: "symlinked instance directory", spoil: func(t *testing.T, state, sock string) (string, []int) {
 			other := socketDir(t)
-			if err := os.WriteFile(filepath.Join(other, controlSocketName), nil, 0o600); err != nil {
+			if err := os.Symlink(filepath.Dir(sock), filepath.Join(other, "inst")); err != nil {
+				t.Fatal(err)
+			}
+			return other, nil
+		}},
+		{name: "not a socket", spoil: func(t *testing.T, state, sock string) (string, []int) {
+			other := socketDir(t)
+			mkdir(t, filepath.Join(other, "inst"))
+			if err := os.WriteFile(filepath.Join(other, "inst", controlSocketName), nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			return other, nil
@@ -116,27 +130,29 @@ func TestControlSocketChecks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := socketDir(t)
-			sock, accepted := fakeServer(t, dir)
-			state, owners := tt.spoil(t, dir, sock)
-			given := owners != nil
-			if !given {
-				owners = controlOwners()
+			state := socketDir(t)
+			sock, accepted := fakeServer(t, state)
+			stateDir, owners := tt.spoil(t, state, sock)
+			if owners != nil { // not root: the owner's check with another user's uid
+				if err := checkControlSocket(sock, owners); err == nil || !strings.Contains(err.Error(), "control socket refused") {
+					t.Errorf("checkControlSocket with other owners: %v, want a refusal", err)
+				}
+				return
 			}
-			err := checkControlSocket(filepath.Join(state, controlSocketName), owners)
+			c, _, err := findControl(stateDir)
+			if c != nil {
+				c.Close()
+			}
 			if tt.ok != (err == nil) {
-				t.Fatalf("checkControlSocket: %v, want ok %v", err, tt.ok)
+				t.Fatalf("findControl: %v, want ok %v", err, tt.ok)
 			}
 			if tt.ok {
 				return
 			}
 			if !strings.Contains(err.Error(), "control socket refused") {
-				t.Errorf("checkControlSocket: %v, want a refusal", err)
+				t.Errorf("findControl: %v, want a refusal", err)
 			}
-			if given {
-				return // the owners were the parameter: dialControl checks this user's
-			}
-			if r := runOnServer(context.Background(), log, state, "/home", controlRun{Language: "sh", Source: []byte("true")}); r != nil {
+			if r := runOnServer(context.Background(), log, stateDir, "/home", controlRun{Language: "sh", Source: []byte("true")}); r != nil {
 				t.Errorf("runOnServer through a refused socket: %+v, want nil (standalone)", r)
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -147,49 +163,58 @@ func TestControlSocketChecks(t *testing.T) {
 	}
 }
 
-// TestControlSocketOnePerStateDir: the control socket of a state dir is
-// one server's (its lock): a second server of the same state dir serves
-// none, another state dir's server its own; closing removes the socket
-// and the lock, and the next server takes it over, a dead server's
-// socket file included.
-func TestControlSocketOnePerStateDir(t *testing.T) {
+func chmod(t *testing.T, path string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mkdir(t *testing.T, path string) {
+	t.Helper()
+	if err := os.Mkdir(path, 0o711); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestControlSocketPerInstance: each server has its own socket, in its
+// instance's directory, removed by Close; a client finds the servers of
+// its own state dir only, and none in a state dir without one.
+func TestControlSocketPerInstance(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dir, other := socketDir(t), socketDir(t)
-	first, err := listenControl(dir, log)
-	if err != nil || first == nil {
-		t.Fatalf("listenControl: %v %v", first, err)
-	}
-	st, err := os.Lstat(filepath.Join(dir, controlSocketName))
-	if err != nil || st.Mode().Type() != os.ModeSocket || st.Mode().Perm() != 0o600 {
-		t.Fatalf("the socket: %v %v, want a socket of mode 0600", st, err)
-	}
-	second, err := listenControl(dir, log)
-	if err != nil || second != nil {
-		t.Fatalf("a second server of the same state dir: %v %v, want none (the first serves it)", second, err)
-	}
-	elsewhere, err := listenControl(other, log)
-	if err != nil || elsewhere == nil {
-		t.Fatalf("a server of another state dir: %v %v, want its own socket", elsewhere, err)
-	}
-	elsewhere.Close()
-	first.Close()
-	for _, name := range []string{controlSocketName, controlSocketName + ".lock"} {
-		if _, err := os.Lstat(filepath.Join(dir, name)); !os.IsNotExist(err) {
-			t.Errorf("%s after Close: %v, want it gone", name, err)
-		}
-	}
-	// A killed server's socket stays; the next server replaces it.
-	ln, err := net.Listen("unix", filepath.Join(dir, controlSocketName))
+	stateA, stateB := socketDir(t), socketDir(t)
+	mkdir(t, filepath.Join(stateA, "a"))
+	mkdir(t, filepath.Join(stateB, "b"))
+	mkdir(t, filepath.Join(stateB, "not-a-server"))
+	a, err := listenControl(filepath.Join(stateA, "a"), log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	ln.Close()
-	next, err := listenControl(dir, log)
-	if err != nil || next == nil {
-		t.Fatalf("a server after a dead one: %v %v", next, err)
+	st, err := os.Lstat(filepath.Join(stateA, "a", controlSocketName))
+	if err != nil || st.Mode().Type() != os.ModeSocket || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the socket: %v %v, want a socket of mode 0600", st, err)
 	}
-	next.Close()
+	b, err := listenControl(filepath.Join(stateB, "b"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for state, want := range map[string]string{stateA: a.path, stateB: b.path} {
+		c, path, err := findControl(state)
+		if err != nil || path != want {
+			t.Errorf("findControl(%s): %s %v, want %s", state, path, err, want)
+		}
+		if c != nil {
+			c.Close()
+		}
+	}
+	a.Close()
+	if _, err := os.Lstat(a.path); !os.IsNotExist(err) {
+		t.Errorf("the socket after Close: %v, want it gone", err)
+	}
+	if c, _, err := findControl(stateA); c != nil || err == nil || strings.Contains(err.Error(), "refused") {
+		t.Errorf("findControl with its server closed: %v, want no server (not a refusal)", err)
+	}
+	b.Close()
 }
 
 // TestRunServerAllowed: a run uses a local server only when nothing asks
@@ -235,9 +260,10 @@ func TestRunServerAllowed(t *testing.T) {
 func serveControl(t *testing.T, handle func(context.Context, controlRequest) controlReply) string {
 	t.Helper()
 	dir := socketDir(t)
-	srv, err := listenControl(dir, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil || srv == nil {
-		t.Fatalf("listenControl: %v %v", srv, err)
+	mkdir(t, filepath.Join(dir, "inst"))
+	srv, err := listenControl(filepath.Join(dir, "inst"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -296,7 +322,7 @@ func TestControlProtocol(t *testing.T) {
 	}
 
 	// Another protocol version: the server asks for a standalone run.
-	c, err := dialControl(filepath.Join(dir, controlSocketName))
+	c, _, err := findControl(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
