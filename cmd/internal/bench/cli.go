@@ -122,8 +122,8 @@ func (h *harness) startServer() (*benchServer, error) {
 		return nil, fmt.Errorf("bench server: cgroup: %w", err)
 	}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Lstat(filepath.Join(state, "sandcell.sock")); err == nil {
-			break
+		if socks, _ := filepath.Glob(filepath.Join(state, "*", "sandcell.sock")); len(socks) > 0 {
+			break // the server's control socket, in its instance directory
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("bench server: no control socket after a minute: %s", s.stderr.String())
