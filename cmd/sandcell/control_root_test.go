@@ -1,18 +1,25 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/testutil"
 )
 
 // TestRunOnServerSameAsStandalone: with a server up (serve --tcp, its
@@ -141,4 +148,129 @@ func TestRunOnServerSameAsStandalone(t *testing.T) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestControlServerChecksPeer: the server answers only its own user,
+// whatever the socket's mode lets connect (the moment between bind and
+// chmod, an operator's chmod): a request from uid 65534 on a socket
+// opened to everyone gets no reply and runs nothing, while root's, the
+// same bytes by the same client, is answered.
+func TestControlServerChecksPeer(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, inst := stateWithInstance(t)
+	var calls atomic.Int32
+	srv, err := listenControl(inst, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		srv.serve(ctx, func(context.Context, controlRequest) controlReply {
+			calls.Add(1)
+			return controlReply{Result: &api.Result{Phase: api.Phase{Stdout: "ran"}}}
+		})
+		close(done)
+	}()
+	defer func() { cancel(); <-done; srv.Close() }()
+	chmod(t, srv.path, 0o666)
+	// The server may close before the request is sent: a broken pipe
+	// or a reset is no reply.
+	client := `import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+out = b''
+try:
+    s.sendall(b'{"version":1,"home":"/h","run":{"language":"sh","limits":{}}}\n')
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+except (BrokenPipeError, ConnectionResetError):
+    pass
+sys.stdout.write(out.decode())
+`
+	ask := func(uid uint32) string {
+		cmd := exec.Command("/usr/bin/python3", "-c", client, srv.path)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the client as uid %d: %v\n%s", uid, err, out)
+		}
+		return string(out)
+	}
+	if out := ask(65534); out != "" || calls.Load() != 0 {
+		t.Errorf("uid 65534: reply %q and %d runs, want none", out, calls.Load())
+	}
+	if out := ask(0); !strings.Contains(out, `"stdout":"ran"`) || calls.Load() != 1 {
+		t.Errorf("root: reply %q and %d runs, want the result of one", out, calls.Load())
+	}
+}
+
+// TestControlClientChecksPeer: a socket that passes every path check
+// (root's, 0600, in root's directories) but is served by another user's
+// process (bound by uid 65534, then swapped under root's name) gets
+// nothing from the client: SO_PEERCRED refuses it before a byte is sent.
+func TestControlClientChecksPeer(t *testing.T) {
+	testutil.RequireRoot(t)
+	state, inst := stateWithInstance(t)
+	chmod(t, inst, 0o777) // for the other user's bind only
+	sock := filepath.Join(inst, controlSocketName)
+	server := `import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(1)
+print("ready", flush=True)
+s.settimeout(5)
+try:
+    c, _ = s.accept()
+    c.settimeout(1)
+    got = b''
+    try:
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            got += b
+    except socket.timeout:
+        pass
+    print("received", len(got), flush=True)
+except socket.timeout:
+    print("no connection", flush=True)
+`
+	cmd := exec.Command("/usr/bin/python3", "-c", server, sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	out := bufio.NewReader(stdout)
+	if line, err := out.ReadString('\n'); line != "ready\n" {
+		t.Fatalf("the other user's server: %q %v", line, err)
+	}
+	// The path made root's: only the peer's uid tells.
+	chmod(t, inst, 0o711)
+	if err := os.Lchown(sock, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	chmod(t, sock, 0o600)
+	if err := checkControlSocket(sock, []int{0}); err != nil {
+		t.Fatalf("the swapped socket fails a path check (the test needs it to pass them): %v", err)
+	}
+	c, _, err := findControl(state)
+	if c != nil {
+		c.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "peer is uid 65534") {
+		t.Errorf("findControl: %v, want the peer refused", err)
+	}
+	if line, _ := out.ReadString('\n'); line != "received 0\n" {
+		t.Errorf("the other user's server: %q, want a connection and 0 bytes", line)
+	}
+	cmd.Wait()
 }

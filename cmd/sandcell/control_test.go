@@ -170,6 +170,17 @@ func chmod(t *testing.T, path string, mode os.FileMode) {
 	}
 }
 
+// stateWithInstance is a state dir (0711) with an instance directory
+// (0711) in it, as a server makes them.
+func stateWithInstance(t *testing.T) (state, inst string) {
+	t.Helper()
+	state = socketDir(t)
+	chmod(t, state, 0o711)
+	inst = filepath.Join(state, "inst")
+	mkdir(t, inst)
+	return state, inst
+}
+
 func mkdir(t *testing.T, path string) {
 	t.Helper()
 	if err := os.Mkdir(path, 0o711); err != nil {
@@ -259,9 +270,8 @@ func TestRunServerAllowed(t *testing.T) {
 // its state dir.
 func serveControl(t *testing.T, handle func(context.Context, controlRequest) controlReply) string {
 	t.Helper()
-	dir := socketDir(t)
-	mkdir(t, filepath.Join(dir, "inst"))
-	srv, err := listenControl(filepath.Join(dir, "inst"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	dir, inst := stateWithInstance(t)
+	srv, err := listenControl(inst, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
