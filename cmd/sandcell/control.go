@@ -23,8 +23,9 @@ import (
 // The control socket (issue #41): `sandcell serve` also listens on a unix
 // socket in its instance's directory of the state dir
 // (<state>/<instance>/sandcell.sock), and `sandcell run` sends its run
-// there when a server of its state dir is up, instead of making an instance and a fork server of its
-// own for one run (23-29 ms of a `true` run went there). Like docker's
+// there when a server of its state dir is up, instead of making an
+// instance and a fork server of its own for one run (23-29 ms of a `true`
+// run went there). Like docker's
 // /run/docker.sock it is root's: 0600, and every connection's peer is
 // checked (SO_PEERCRED) on both sides.
 //
@@ -63,13 +64,14 @@ const (
 )
 
 // controlRun is the part of an api.Request that `sandcell run` gives, as
-// it goes over the socket.
+// it goes over the socket. Source and Stdin keep nil apart from empty
+// (null and ""): no input is /dev/null, an empty file an empty pipe.
 type controlRun struct {
 	Language  string     `json:"language,omitempty"`
-	Source    []byte     `json:"source,omitempty"`
+	Source    []byte     `json:"source"`
 	Args      []string   `json:"args,omitempty"`
 	Env       []string   `json:"env,omitempty"`
-	Stdin     []byte     `json:"stdin,omitempty"`
+	Stdin     []byte     `json:"stdin"`
 	Limits    api.Limits `json:"limits"`
 	Isolation string     `json:"isolation,omitempty"`
 	Image     string     `json:"image,omitempty"`

@@ -27,7 +27,7 @@ import (
 // it prints and exits with is the same as a standalone run's
 // (--standalone; SANDCELL_NO_SERVER=1): stdout, stderr, the exit status
 // and every field of --json but the measured ones, for a program that
-// writes both streams and fails, its --json, stdin, --env, a timeout, a
+// writes both streams and fails, its --json, stdin (empty, none), --env, a timeout, a
 // limit clamped to the ceilings (its warning), a refusal (an unknown
 // language). Once the server is gone, so is its socket: run goes
 // standalone.
@@ -83,6 +83,8 @@ func TestRunOnServerSameAsStandalone(t *testing.T) {
 		{"streams and exit status", "", []string{"run", "--lang", "sh", "--code", "echo out; echo err >&2; exit 7"}},
 		{"json", "", []string{"run", "--lang", "sh", "--json", "--code", "echo out; echo err >&2; exit 7"}},
 		{"stdin and env", "hello\n", []string{"run", "--lang", "sh", "--stdin", "-", "--env", "K=V", "--code", `read x; echo "$x $K"`}},
+		{"empty stdin", "", []string{"run", "--lang", "sh", "--stdin", "-", "--code", `[ -p /dev/stdin ] && echo pipe || echo other`}},
+		{"no stdin", "", []string{"run", "--lang", "sh", "--code", `[ -p /dev/stdin ] && echo pipe || echo other`}},
 		{"timeout", "", []string{"run", "--lang", "sh", "--timeout", "500ms", "--code", "echo before; sleep 5"}},
 		{"timeout json", "", []string{"run", "--lang", "sh", "--json", "--timeout", "500ms", "--code", "sleep 5"}},
 		{"clamped", "", []string{"run", "--lang", "sh", "--timeout", "100h", "--code", "echo clamped"}},

@@ -316,6 +316,14 @@ func TestControlProtocol(t *testing.T) {
 	if got.Version != controlVersion || got.Home != "/home" || string(got.Run.Stdin) != string(run.Stdin) || got.Run.Env[0] != "K=V" || got.Run.Limits.TimeoutMS != 1500 {
 		t.Errorf("the server got %+v, want %+v", got, run)
 	}
+	// Empty input is not no input: an empty pipe against /dev/null.
+	for _, stdin := range [][]byte{nil, {}} {
+		run.Stdin = stdin
+		runOnServer(context.Background(), log, dir, "/home", run)
+		if (got.Run.Stdin == nil) != (stdin == nil) || len(got.Run.Stdin) != 0 {
+			t.Errorf("stdin %#v arrived as %#v", stdin, got.Run.Stdin)
+		}
+	}
 	run.Source = []byte("refuse")
 	if r := runOnServer(context.Background(), log, dir, "/home", run); r == nil || r.Error != `unknown language "x"` {
 		t.Errorf("a refusal: %+v", r)
