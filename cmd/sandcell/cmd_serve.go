@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/net/netutil"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/cmd/internal/metrics"
 	"github.com/sandcell/sandcell/executor"
@@ -102,6 +104,17 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		cancel()
 	}()
 	go svc.ExpireSessions(ctx)
+	// Every transport also serves `sandcell run` on a control socket in
+	// the instance's directory (control.go), gone with the instance. A
+	// server without it (no runc instance: wasm only) still serves.
+	if lc := svc.exec.Runtimes.Libcontainer(); lc != nil {
+		if ctl, err := listenControl(filepath.Join(env.cfg.StateDir, lc.Instance()), env.log); err != nil {
+			env.log.Warn("no control socket: `sandcell run` will not use this server", "err", err)
+		} else {
+			defer ctl.Close()
+			go ctl.serve(ctx, controlHandler(env.cfg.LayerDir, svc.exec.Execute, svc.Admit(), drain))
+		}
+	}
 	var (
 		wg       sync.WaitGroup
 		errMu    sync.Mutex
@@ -281,4 +294,29 @@ func prebuild(ctx context.Context, env *cliEnv, e *executor.Executor, langs []st
 		env.log.Info("layers ready", "language", l.Name, "ms", time.Since(start).Milliseconds())
 	}
 	return nil
+}
+
+// controlHandler runs the control socket's requests (`sandcell run`)
+// with execute (the server's executor) through admit (its gate, as
+// every call). A run for another home, during a drain, or refused as
+// busy goes back to the client, which runs it itself.
+func controlHandler(home string, execute func(context.Context, executor.Request) (api.Result, error),
+	admit func(context.Context) (func(), error), drain *health.Drainer) func(context.Context, controlRequest) controlReply {
+	home = filepath.Clean(home)
+	return func(ctx context.Context, req controlRequest) controlReply {
+		switch {
+		case filepath.Clean(req.Home) != home:
+			return controlReply{Fallback: "this server's home is " + home}
+		case drain.Draining() || ctx.Err() != nil:
+			return controlReply{Fallback: "the server is shutting down"}
+		}
+		res, err := execute(ctx, executor.Request{Request: req.Run.request(), Admit: admit})
+		switch {
+		case errors.Is(err, api.ErrBusy):
+			return controlReply{Fallback: err.Error()}
+		case err != nil:
+			return controlReply{Error: err.Error()}
+		}
+		return controlReply{Result: &res, Notes: res.Notes}
+	}
 }

@@ -27,13 +27,7 @@ func TestServeDrain(t *testing.T) {
 	base := "http://" + addr
 	ctx, signal := context.WithCancel(context.Background())
 	defer signal()
-	exited := make(chan int, 1)
-	var stderr bytes.Buffer
-	go func() {
-		exited <- run(ctx, []string{"--state-dir", state, "--layer-dir", layerHome(), "--cgroup-parent", "/" + filepath.Base(state),
-			"--sessions-dir", filepath.Join(state, "sessions"), "serve", "--http", addr, "--drain-timeout", "60s"},
-			strings.NewReader(""), io.Discard, &stderr)
-	}()
+	exited, stderr := startServe(ctx, state, "--http", addr, "--drain-timeout", "60s")
 	waitFor(t, 30*time.Second, "/healthz", func() bool {
 		resp, err := http.Get(base + health.LivePath)
 		if err == nil {
@@ -99,6 +93,18 @@ func TestServeDrain(t *testing.T) {
 }
 
 const initializeBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"drain-test","version":"1"}}}`
+
+// startServe runs `sandcell serve ARGS...` in-process, on the test's
+// state dir (its cgroup parent, its sessions) and the test's layer home,
+// until ctx ends; it returns its exit status (once) and its stderr.
+func startServe(ctx context.Context, state string, args ...string) (<-chan int, *bytes.Buffer) {
+	exited := make(chan int, 1)
+	stderr := new(bytes.Buffer)
+	global := []string{"--state-dir", state, "--layer-dir", layerHome(), "--cgroup-parent", "/" + filepath.Base(state),
+		"--sessions-dir", filepath.Join(state, "sessions"), "serve"}
+	go func() { exited <- run(ctx, append(global, args...), strings.NewReader(""), io.Discard, stderr) }()
+	return exited, stderr
+}
 
 // initialize opens an MCP session over HTTP and returns its id.
 func initialize(t *testing.T, base string) string {

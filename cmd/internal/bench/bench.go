@@ -265,6 +265,9 @@ func latency(ctx context.Context, c *benchCase, runners []runner, opts Options, 
 		err := c.once(ctx, r, 0)
 		d := time.Since(start)
 		used = cpu() - c0
+		if r.ownCPU != nil {
+			used += r.ownCPU()
+		}
 		return d, err
 	}
 	fail := func(r runner, err error) {

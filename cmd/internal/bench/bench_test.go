@@ -292,3 +292,30 @@ func TestBenchPlot(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchCLIGoals: issue #41's goal on the `true` case, for the CLI
+// with a server up and the CLI standalone: p50 at most 8 ms and at most
+// 1.5x bubblewrap; and their ratio columns.
+func TestBenchCLIGoals(t *testing.T) {
+	rep := syntheticReport()
+	ms := func(v ...float64) []time.Duration {
+		var s []time.Duration
+		for _, m := range v {
+			s = append(s, time.Duration(m*float64(time.Millisecond)))
+		}
+		return s
+	}
+	rep.Runners = append(rep.Runners, "sandcell run CLI", "sandcell run CLI via server")
+	rep.Latency[0].Samples["sandcell run CLI"] = ms(25, 26, 27)
+	rep.Latency[0].Samples["sandcell run CLI via server"] = ms(6, 7, 8)
+	md := rep.Markdown()
+	for _, want := range []string{
+		"| `sandcell run CLI via server` of `true`: p50 at most 8 ms and at most 1.5x bubblewrap counted whole (CLI p50 / bwrap p50) | 7.00 ms, 0.64x | yes |",
+		"| `sandcell run CLI` of `true`: p50 at most 8 ms and at most 1.5x bubblewrap counted whole (CLI p50 / bwrap p50) | 26.00 ms, 2.36x | no |",
+		"sandcell run CLI via server / bwrap", "sandcell run CLI / bwrap",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,10 +34,14 @@ type runner struct {
 	// phase's stdout. slot (0 <= slot < maxSlots) tells concurrent runs
 	// apart; run must be safe to call concurrently with different slots.
 	run func(ctx context.Context, c *benchCase, slot int) (string, error)
+	// ownCPU, if set, is the CPU time of the runner's own long-lived
+	// processes since its last call (a server it talks to), added to
+	// its run's.
+	ownCPU func() time.Duration
 }
 
 // RunnerKeys are the runners in column order (--runners names).
-var RunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh", "libcontainer", "pooled", "gvisor", "gvisor-pooled", "cli", "rootless"}
+var RunnerKeys = []string{"bare", "bwrap", "runc", "runsc", "runsc-cg", "fresh", "libcontainer", "pooled", "gvisor", "gvisor-pooled", "cli", "cli-server", "rootless"}
 
 // runners are the available runners, all or those of list (keys of
 // RunnerKeys). A runner named in list that is not available is an error;
@@ -66,6 +71,7 @@ func (h *harness) runners(list string) ([]runner, error) {
 		{key: "gvisor", name: "sandcell gvisor", run: h.sandcell("gvisor", true, false)},
 		{key: "gvisor-pooled", name: "sandcell gvisor pooled", run: h.sandcell("gvisor", false, false)},
 		{key: "cli", name: "sandcell run CLI", run: h.cliRoot},
+		{key: "cli-server", name: "sandcell run CLI via server", run: h.cliServer, ownCPU: h.serveCPU},
 		{key: "rootless", name: "sandcell run CLI rootless", run: h.cliRootless},
 	}
 	missing := map[string]string{}
@@ -78,6 +84,7 @@ func (h *harness) runners(list string) ([]runner, error) {
 	if h.opts.Sandcell == "" || h.opts.LayerDir == "" {
 		missing["cli"] = "no sandcell binary or layer dir given (Options.Sandcell, LayerDir)"
 		missing["rootless"] = missing["cli"]
+		missing["cli-server"] = missing["cli"]
 	} else if h.rootlessErr != nil {
 		missing["rootless"] = h.rootlessErr.Error()
 	}
@@ -134,6 +141,13 @@ type harness struct {
 	// why it cannot run).
 	rootless    *rootless
 	rootlessErr error
+	// srv is the cli-server runner's server, started on its first run
+	// (srvErr: why it could not be); srvStarted whatever of it started,
+	// for closeCLI.
+	srvOnce    sync.Once
+	srv        *benchServer
+	srvErr     error
+	srvStarted *benchServer
 }
 
 func newHarness(l *lab, runcPath, bwrapPath string) *harness {
