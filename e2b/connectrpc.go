@@ -177,16 +177,20 @@ func startStream(w http.ResponseWriter, r *http.Request, req any) (*stream, bool
 		http.Error(w, "want POST application/connect+json: this envd speaks Connect with the JSON codec", http.StatusUnsupportedMediaType)
 		return nil, false
 	}
-	s := newStream(w)
+	// Read the request before answering: an HTTP/1.1 server closes the
+	// request body once the response has begun.
+	var rerr error
 	if req != nil {
 		_, msg, err := readEnvelope(io.LimitReader(r.Body, maxMessage+5))
 		if err == nil {
 			err = json.Unmarshal(msg, req)
 		}
-		if err != nil {
-			s.end(rpcErr("invalid_argument", "request: %v", err))
-			return nil, false
-		}
+		rerr = err
+	}
+	s := newStream(w)
+	if rerr != nil {
+		s.end(rpcErr("invalid_argument", "request: %v", rerr))
+		return nil, false
 	}
 	return s, true
 }

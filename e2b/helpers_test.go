@@ -199,3 +199,10 @@ func events(t *testing.T, fs []frame) (evs []string, endErr map[string]any) {
 	}
 	return evs, endErr
 }
+
+// newHTTPServer serves h on loopback and returns its address.
+func newHTTPServer(t *testing.T, h http.Handler) string {
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s.Listener.Addr().String()
+}
