@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"path"
 	"slices"
@@ -24,6 +25,8 @@ type fakeSandboxes struct {
 	boxes map[string]*fakeBox
 	// refuse: templates CreateSandbox refuses as unknown.
 	refuse map[string]bool
+	// ports every new sandbox listens on (port -> loopback address).
+	ports map[int]string
 }
 
 type fakeBox struct {
@@ -79,7 +82,10 @@ func (f *fakeSandboxes) CreateSandbox(ctx context.Context, spec api.SandboxSpec)
 			StartedAt: now, EndAt: now.Add(time.Duration(spec.LifetimeMS) * time.Millisecond), OnExpire: spec.OnExpire,
 			Limits: api.Limits{MemoryMB: 512, CPUs: 1}, DiskMB: 1024, User: "user", Home: "/home/user"},
 		files: map[string][]byte{}, dirs: map[string]bool{"/": true, "/home": true, "/home/user": true},
-		procs: map[int]*fakeProc{}, npid: 100, ports: map[int]string{},
+		procs: map[int]*fakeProc{}, npid: 100, ports: maps.Clone(f.ports),
+	}
+	if b.ports == nil {
+		b.ports = map[int]string{}
 	}
 	if spec.Env != nil {
 		b.info.Notes = []string{"env"}
@@ -699,7 +705,14 @@ func (k *fakeKernels) Execute(ctx context.Context, id, cid string, cell Cell, em
 		case strings.HasPrefix(line, "raise "):
 			name := strings.TrimPrefix(line, "raise ")
 			outs = append(outs, Output{Type: OutputError, Name: name, Value: "division by zero", Traceback: "Traceback (most recent call last):\n  Cell In[1], line 1\n" + name + ": division by zero"})
-		case line == "plot()":
+		case strings.HasPrefix(line, "import "), strings.HasPrefix(line, "plt.plot("):
+		case strings.HasPrefix(line, "echo "):
+			arg := strings.TrimPrefix(line, "echo ")
+			if v, ok := strings.CutPrefix(arg, "$"); ok {
+				arg = c.vars[v]
+			}
+			outs = append(outs, Output{Type: OutputStdout, Text: arg + "\n"})
+		case line == "plt.show()":
 			outs = append(outs, Output{Type: OutputResult, Result: &Result{Text: "<Figure size 640x480 with 1 Axes>", PNG: tinyPNG}})
 		case strings.Contains(line, "="):
 			n, v, _ := strings.Cut(line, "=")

@@ -48,7 +48,7 @@ func TestExecute(t *testing.T) {
 	if ls[0]["type"] != "error" || ls[0]["name"] != "ZeroDivisionError" || !strings.Contains(ls[0]["traceback"].(string), "Traceback") {
 		t.Errorf("error: %s", b)
 	}
-	_, b = e.do("POST", "/execute", map[string]any{"code": "plot()"}, ciHdr(s))
+	_, b = e.do("POST", "/execute", map[string]any{"code": "import matplotlib.pyplot as plt\nplt.show()"}, ciHdr(s))
 	ls = lines(t, b)
 	if ls[0]["type"] != "result" || ls[0]["png"] != tinyPNG || ls[0]["is_main_result"] != false {
 		t.Errorf("plot: %s", b)
