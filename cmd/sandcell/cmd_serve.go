@@ -13,8 +13,10 @@ import (
 
 	"golang.org/x/net/netutil"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/cmd/internal/metrics"
+	"github.com/sandcell/sandcell/e2b"
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/internal/health"
@@ -154,7 +156,25 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		// time are bounded, and so are the connections at once; no
 		// ReadTimeout: net/http applies it to the whole connection, so a
 		// tool call longer than it would be cancelled.
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		var root http.Handler = mux
+		if sc.E2B {
+			// The service is handed over as api.Sandboxes (and its kernels
+			// as e2b.Kernels): e2b names no implementation.
+			sb, ok := any(svc.Service).(api.Sandboxes)
+			if !ok {
+				return env.fail(errors.New("--e2b: this build's service holds no live sandboxes (issue #39)"))
+			}
+			k, _ := any(svc.Service).(e2b.Kernels)
+			e2bh, err := mountE2B(mux, sb, k, sc, env.log)
+			if err != nil {
+				return env.fail(err)
+			}
+			// Not under drain.Wrap: its rule (a POST without an MCP
+			// session is a new session) would refuse E2B's every RPC.
+			root = e2bh
+			env.log.Info("serving E2B's APIs", "E2B_API_URL", "http://"+ln.Addr().String(), "kernels", k != nil)
+		}
+		hs := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 		ln = netutil.LimitListener(ln, maxConns)
 		env.log.Info("serving MCP on HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
 		wg.Add(1)

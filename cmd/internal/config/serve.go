@@ -36,6 +36,13 @@ type Serve struct {
 	// (names only; --egress-host maps a name to a loopback or private
 	// address).
 	Judge0CallbackAllow []string
+	// E2B serves E2B's APIs (control plane, envd, code interpreter) on
+	// HTTP at the root beside the others (issue #43), behind the operator
+	// keys of E2BKeyFile; E2BDomain, if set, is the domain the SDK's
+	// getHost names (PORT-ID.E2BDomain, a wildcard DNS record's).
+	E2B        bool
+	E2BKeyFile string
+	E2BDomain  string
 }
 
 // AddFlags registers serve's flags on fs.
@@ -47,6 +54,9 @@ func (s *Serve) AddFlags(fs *flag.FlagSet) {
 	fs.Var(&listValue{p: &s.AllowOrigins}, "allow-origin", "browser Origin allowed on HTTP besides loopback ones (repeatable; * for any)")
 	fs.DurationVar(&s.DrainTimeout, "drain-timeout", s.DrainTimeout, "on SIGTERM/SIGINT, first drain for at most this long: /readyz turns 503, new sessions are refused, requests in flight finish (0: cancel them at once)")
 	fs.Var(&listValue{p: &s.Judge0CallbackAllow, check: callbackTarget}, "judge0-callback-allow", "HOST:PORT a Judge0 submission's callback_url may reach (repeatable; none: callbacks refused; names only, --egress-host maps one to a private address)")
+	fs.BoolVar(&s.E2B, "e2b", s.E2B, "serve E2B's APIs on --http (the e2b and @e2b/code-interpreter SDKs with E2B_API_URL and E2B_SANDBOX_URL set to it), keys from --e2b-key-file")
+	fs.StringVar(&s.E2BKeyFile, "e2b-key-file", s.E2BKeyFile, "E2B API keys, one a line (e2b_ and 40 hex digits; mode 600), for --e2b")
+	fs.StringVar(&s.E2BDomain, "e2b-domain", s.E2BDomain, "with --e2b: the domain sandboxes' ports are named under (getHost gives PORT-ID.DOMAIN; needs wildcard DNS to this server)")
 	fs.Var(&listValue{p: &s.Prebuild, split: true}, "prebuild", "LANG,...: build these languages' layers before accepting calls (repeatable)")
 }
 
@@ -56,6 +66,9 @@ func (s *Serve) AddFlags(fs *flag.FlagSet) {
 func (s *Serve) Validate() error {
 	if s.DrainTimeout < 0 {
 		return fmt.Errorf("--drain-timeout %s is negative", s.DrainTimeout)
+	}
+	if s.E2B && (s.E2BKeyFile == "" || s.HTTP == "") {
+		return fmt.Errorf("--e2b needs --http (where it is served) and --e2b-key-file (the keys that may create sandboxes)")
 	}
 	return nil
 }
