@@ -67,7 +67,11 @@ func asRPC(what string, err error) *rpcError {
 	if errors.Is(err, context.Canceled) {
 		code = "canceled"
 	}
-	return &rpcError{Code: code, Message: fmt.Sprintf("%s: %v", what, err)}
+	msg := err.Error()
+	if what != "" {
+		msg = what + ": " + msg
+	}
+	return &rpcError{Code: code, Message: msg}
 }
 
 const (

@@ -31,10 +31,7 @@ func (h *Handler) envd(w http.ResponseWriter, r *http.Request, id string) {
 	case p == "/files":
 		h.files(w, r, id)
 	case p == "/health" && r.Method == http.MethodGet:
-		if _, err := h.lookup(r.Context(), id); err != nil {
-			sandboxGone(w, id, err.Error())
-			return
-		}
+		// ServeHTTP found the sandbox.
 		w.WriteHeader(http.StatusNoContent)
 	case p == "/init" && r.Method == http.MethodPost:
 		// The orchestrator's call to envd at start (token, default user,

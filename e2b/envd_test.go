@@ -391,3 +391,20 @@ func TestPorts(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox that ended on its own (its lifetime) is infra's 502 on every
+// data-plane route, as the SDKs read "the sandbox is gone", not a
+// not_found of the process or file asked for.
+func TestEndedSandboxIs502(t *testing.T) {
+	e := newEnv(t)
+	s := e.create("base")
+	e.sb.mu.Lock()
+	delete(e.sb.boxes, s.SandboxID) // expired in the service
+	e.sb.mu.Unlock()
+	if st, b := e.unary(s, "filesystem.Filesystem/Stat", map[string]any{"path": "x"}, nil); st != 502 || !strings.Contains(string(b), `"sandboxId"`) {
+		t.Errorf("Stat in an ended sandbox: %d %s", st, b)
+	}
+	if e.h.tokens.known(s.SandboxID) {
+		t.Error("the ended sandbox's tokens are kept")
+	}
+}

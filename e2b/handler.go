@@ -397,6 +397,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := h.tokens.check(t.id, r)
+	if g != grantNone {
+		// A sandbox that ended on its own (its lifetime) still has tokens
+		// here: answer as for any sandbox that is gone, and forget them.
+		if _, err := h.lookup(r.Context(), t.id); errors.Is(err, api.ErrNotFound) {
+			sandboxGone(w, t.id, "sandbox not found")
+			return
+		}
+	}
 	switch {
 	case t.port == EnvdPort:
 		if g != grantEnvd {

