@@ -260,8 +260,12 @@ func (p *fakeProc) act(home string, spec api.ProcessSpec) {
 			}
 		}
 	case "cat":
+		stream := api.StreamStdout
+		if spec.PTY != nil {
+			stream = api.StreamPTY
+		}
 		for b := range p.stdin {
-			p.out(api.StreamStdout, string(b))
+			p.out(stream, string(b))
 		}
 	default:
 		p.out(api.StreamStderr, "bash: "+word+": command not found\n")

@@ -173,6 +173,16 @@ await scenario('pause and connect', async () => {
   check(r.stdout === 'back\n', `after resume: ${r.stdout}`)
 })
 
+await scenario('pty', async () => {
+  const got = []
+  const t = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => got.push(Buffer.from(d).toString()) })
+  await sbx.pty.sendInput(t.pid, new TextEncoder().encode('echo from-pty\n'))
+  for (let i = 0; i < 50 && !got.join('').includes('from-pty'); i++) await sleep(100)
+  check(got.join('').includes('from-pty'), `pty output: ${JSON.stringify(got)}`)
+  await sbx.pty.resize(t.pid, { cols: 100, rows: 30 })
+  check(await sbx.pty.kill(t.pid), 'pty kill returned false')
+})
+
 await scenario('kill', async () => {
   await sbx.kill()
   check(!(await sbx.isRunning()), 'running after kill')
