@@ -299,8 +299,10 @@ func (h *Handler) processRPC(w http.ResponseWriter, r *http.Request, id, method 
 
 // start serves Process.Start: start the process, then stream its events.
 // Connect-Timeout-Ms (the SDK's timeoutMs, 60 s by default) ends the
-// process too, as E2B's does: a background command lives that long unless
-// the caller asks for 0.
+// process too, as E2B's does (infra packages/envd/internal/services/
+// process/start.go: the header's timeout bounds the process's context, not
+// the request's): a background command lives that long unless the caller
+// asks for 0, and outlives a client that leaves.
 func (h *Handler) start(ctx context.Context, r *http.Request, s *stream, id string, req *startRequest) {
 	user, err := userOf(r)
 	if err != nil {

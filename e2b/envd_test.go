@@ -340,6 +340,10 @@ func TestWatch(t *testing.T) {
 	if st, _ := e.unary(other, "filesystem.Filesystem/GetWatcherEvents", map[string]any{"watcherId": wr.WatcherID}, nil); st != 404 {
 		t.Errorf("another sandbox read the watcher: %d", st)
 	}
+	// The proto field name works as ProtoJSON's lowerCamelCase does.
+	if st, b := e.unary(s, "filesystem.Filesystem/GetWatcherEvents", map[string]any{"watcher_id": wr.WatcherID}, &evs); st != 200 {
+		t.Errorf("GetWatcherEvents by watcher_id: %d %s", st, b)
+	}
 	if st, _ := e.unary(s, "filesystem.Filesystem/RemoveWatcher", map[string]any{"watcherId": wr.WatcherID}, nil); st != 200 {
 		t.Errorf("RemoveWatcher: %d", st)
 	}

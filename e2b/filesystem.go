@@ -1,8 +1,10 @@
 package e2b
 
 import (
+	"cmp"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,6 +73,20 @@ type watchRequest struct {
 
 type watcherRequest struct {
 	WatcherID string `json:"watcherId"`
+}
+
+// UnmarshalJSON takes the proto field name too (watcher_id): ProtoJSON
+// parsers accept both, and a client may send either.
+func (w *watcherRequest) UnmarshalJSON(b []byte) error {
+	var m struct {
+		Camel string `json:"watcherId"`
+		Proto string `json:"watcher_id"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	w.WatcherID = cmp.Or(m.Camel, m.Proto)
+	return nil
 }
 
 type entryResponse struct {
