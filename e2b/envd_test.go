@@ -3,13 +3,16 @@ package e2b
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -410,5 +413,73 @@ func TestEndedSandboxIs502(t *testing.T) {
 	}
 	if e.h.tokens.known(s.SandboxID) {
 		t.Error("the ended sandbox's tokens are kept")
+	}
+}
+
+// signedURL is what the SDK's downloadUrl/uploadUrl give: /files with the
+// path, the user and E2B's signature of them under the envd token.
+func signedURL(path, op, user, token string, exp int64) string {
+	raw := path + ":" + op + ":" + user + ":" + token
+	q := url.Values{"path": {path}}
+	if user != "" {
+		q.Set("username", user)
+	}
+	if exp != 0 {
+		raw += ":" + strconv.FormatInt(exp, 10)
+		q.Set("signature_expiration", strconv.FormatInt(exp, 10))
+	}
+	sum := sha256.Sum256([]byte(raw))
+	q.Set("signature", "v1_"+base64.RawStdEncoding.EncodeToString(sum[:]))
+	return "/files?" + q.Encode()
+}
+
+// A signed URL, sent with no header at all, opens that file that way in
+// the sandbox that signed it, and nothing else.
+func TestSignedURLs(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.create("base"), e.create("base")
+	must(e.sb.WriteFile(t.Context(), a.SandboxID, "f.txt", []byte("secret"), ""))
+	must(e.sb.WriteFile(t.Context(), b.SandboxID, "f.txt", []byte("other"), ""))
+	if resp, body := e.do("GET", signedURL("f.txt", "read", "", a.EnvdAccessToken, 0), nil, nil); resp.StatusCode != 200 || string(body) != "secret" {
+		t.Errorf("download: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := e.do("GET", signedURL("f.txt", "read", "", b.EnvdAccessToken, time.Now().Unix()+60), nil, nil); resp.StatusCode != 200 || string(body) != "other" {
+		t.Errorf("download from b, expiring: %d %s", resp.StatusCode, body)
+	}
+	h := map[string]string{"Content-Type": "application/octet-stream"}
+	if resp, body := e.do("POST", signedURL("up.txt", "write", "", a.EnvdAccessToken, 0), "new", h); resp.StatusCode != 200 {
+		t.Errorf("upload: %d %s", resp.StatusCode, body)
+	}
+	if got := must(e.sb.ReadFile(t.Context(), a.SandboxID, "up.txt", 100)); string(got) != "new" {
+		t.Errorf("uploaded %q", got)
+	}
+	bad := map[string]func() (string, string){
+		"a read URL used to write": func() (string, string) { return "POST", signedURL("f.txt", "read", "", a.EnvdAccessToken, 0) },
+		"another path": func() (string, string) {
+			return "GET", strings.Replace(signedURL("f.txt", "read", "", a.EnvdAccessToken, 0), "f.txt", "g.txt", 1)
+		},
+		"another user": func() (string, string) {
+			return "GET", signedURL("f.txt", "read", "", a.EnvdAccessToken, 0) + "&username=root"
+		},
+		"expired": func() (string, string) {
+			return "GET", signedURL("f.txt", "read", "", a.EnvdAccessToken, time.Now().Unix()-1)
+		},
+		"a guessed token":   func() (string, string) { return "GET", signedURL("f.txt", "read", "", strings.Repeat("0", 64), 0) },
+		"the traffic token": func() (string, string) { return "GET", signedURL("f.txt", "read", "", a.TrafficAccessToken, 0) },
+	}
+	for name, f := range bad {
+		m, u := f()
+		if resp, body := e.do(m, u, "x", h); resp.StatusCode != 401 {
+			t.Errorf("%s: %d %s", name, resp.StatusCode, body)
+		}
+	}
+	// b's signature with a's id in the header opens nothing of a's.
+	hdr := map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49983"}
+	if resp, body := e.do("GET", signedURL("f.txt", "read", "", b.EnvdAccessToken, 0), nil, hdr); resp.StatusCode != 401 {
+		t.Errorf("b's signature on a: %d %s", resp.StatusCode, body)
+	}
+	// A signature opens /files only.
+	if resp, _ := e.do("GET", strings.Replace(signedURL("f.txt", "read", "", a.EnvdAccessToken, 0), "/files", "/health", 1), nil, hdr); resp.StatusCode != 401 {
+		t.Errorf("a signature opened /health: %d", resp.StatusCode)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandcell/sandcell/api"
 )
@@ -263,6 +265,18 @@ func (t *tokens) sandboxOf(tok string) string {
 	return t.byEnvd[sha256.Sum256([]byte(tok))]
 }
 
+// signer is the sandbox one of whose envd tokens satisfies ok ("" if none).
+func (t *tokens) signer(ok func(token string) bool) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, st := range t.bySB {
+		if ok(st.envdText) {
+			return id
+		}
+	}
+	return ""
+}
+
 // grant says what a request's tokens open in sandbox id.
 type grant int
 
@@ -330,7 +344,38 @@ func (h *Handler) route(r *http.Request) (target, bool) {
 	if id := h.tokens.sandboxOf(r.Header.Get("X-Access-Token")); id != "" {
 		return target{id, EnvdPort}, true
 	}
+	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
+		// A signed URL (uploadUrl, downloadUrl) comes with no header: the
+		// sandbox whose token signed it is the one ("" if none did).
+		return target{h.tokens.signer(func(token string) bool { return signatureOK(r, token) }), EnvdPort}, true
+	}
 	return target{}, false
+}
+
+// signatureOK checks a /files request's signature against an envd token:
+// E2B's v1_ + base64(sha256("path:operation:user:token[:expiration]")),
+// padding stripped (npm e2b 2.51.0 getSignature; infra envd
+// internal/api/auth.go), operation read for GET and write for POST, in
+// constant time; an expired one never passes. It binds the path, the
+// operation and the user, so a URL opens that one file that one way.
+func signatureOK(r *http.Request, token string) bool {
+	q := r.URL.Query()
+	op := map[string]string{http.MethodGet: "read", http.MethodPost: "write"}[r.Method]
+	sig, ok := strings.CutPrefix(q.Get("signature"), "v1_")
+	if op == "" || !ok {
+		return false
+	}
+	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + token
+	if exp := q.Get("signature_expiration"); exp != "" {
+		n, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil || time.Now().Unix() > n {
+			return false
+		}
+		raw += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(raw))
+	want := base64.RawStdEncoding.EncodeToString(sum[:])
+	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
 }
 
 // hostTarget parses PORT-ID.DOMAIN (infra's host rule), for a sandbox
@@ -388,6 +433,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.mux.ServeHTTP(w, r)
 		return
 	}
+	if t.id == "" {
+		writeError(w, http.StatusUnauthorized, "invalid or expired signature")
+		return
+	}
 	if !sandboxIDShape.MatchString(t.id) || t.port < 0 {
 		sandboxGone(w, t.id, "bad sandbox id or port")
 		return
@@ -397,6 +446,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := h.tokens.check(t.id, r)
+	if g == grantNone && t.port == EnvdPort && r.URL.Path == "/files" {
+		// A signed URL opens /files (only: the path is checked here) of
+		// the sandbox whose token signed it.
+		if st, ok := h.tokens.get(t.id); ok && signatureOK(r, st.envdText) {
+			g = grantEnvd
+		}
+	}
 	if g != grantNone {
 		// A sandbox that ended on its own (its lifetime) still has tokens
 		// here: answer as for any sandbox that is gone, and forget them.

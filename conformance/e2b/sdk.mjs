@@ -119,6 +119,13 @@ await scenario('files', async () => {
   check(!(await sbx.files.makeDir('dir/sub')), 'makeDir again')
   await sbx.files.rename('dir/b.txt', 'dir/sub/b.txt')
   check((await sbx.files.read('dir/sub/b.txt')) === 'bee', 'rename')
+  // Signed URLs, fetched with no header (as a browser or curl would).
+  const down = await fetch(await sbx.downloadUrl('/home/user/dir/sub/b.txt'))
+  check(down.status === 200 && (await down.text()) === 'bee', `downloadUrl: ${down.status}`)
+  const form = new FormData()
+  form.append('file', new Blob(['uploaded']), 'up.txt')
+  const up = await fetch(await sbx.uploadUrl('/home/user/dir/up.txt', { useSignatureExpiration: 60 }), { method: 'POST', body: form })
+  check(up.status === 200 && (await sbx.files.read('dir/up.txt')) === 'uploaded', `uploadUrl: ${up.status}`)
   await sbx.files.remove('dir/a.txt')
   check(!(await sbx.files.exists('dir/a.txt')), 'remove')
   try {
