@@ -173,6 +173,9 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 			// session is a new session) would refuse E2B's every RPC.
 			root = e2bh
 			env.log.Info("serving E2B's APIs", "E2B_API_URL", "http://"+ln.Addr().String(), "kernels", k != nil)
+			if !loopback {
+				env.log.Warn("E2B's API keys and sandbox tokens travel in clear over plain HTTP on a non-loopback address: put TLS in front", "addr", ln.Addr().String())
+			}
 		}
 		hs := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 		ln = netutil.LimitListener(ln, maxConns)
