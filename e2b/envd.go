@@ -384,6 +384,13 @@ func (h *Handler) pump(ctx context.Context, r *http.Request, s *stream, id strin
 			case ev.Keepalive:
 				out = map[string]any{"keepalive": map[string]any{}}
 			case ev.End != nil:
+				if ev.End.Reason == reasonSandboxKilled {
+					// E2B's stream ends with its sandbox: the connection
+					// drops, the SDK's health check finds the sandbox gone
+					// and says so (TimeoutError "the sandbox was killed"),
+					// where an end event would read as the command's exit.
+					panic(http.ErrAbortHandler)
+				}
 				if err := send(map[string]any{"end": endOf(ev.End)}); err != nil {
 					return
 				}
@@ -404,6 +411,10 @@ func (h *Handler) pump(ctx context.Context, r *http.Request, s *stream, id strin
 		}
 	}
 }
+
+// reasonSandboxKilled is api.ProcessExit.Reason for a process whose
+// sandbox was killed.
+const reasonSandboxKilled = "sandbox killed"
 
 // endOf is process.ProcessEvent.EndEvent: as envd (Go's os.ProcessState)
 // says it, exit code -1 and exited false for a process a signal ended.

@@ -483,3 +483,26 @@ func TestSignedURLs(t *testing.T) {
 		t.Errorf("a signature opened /health: %d", resp.StatusCode)
 	}
 }
+
+// A command's stream ends with its sandbox as E2B's does: the connection
+// drops (no end event, no end-stream envelope), and /health then says 502.
+func TestStreamDropsWithSandbox(t *testing.T) {
+	e := newEnv(t)
+	s := e.create("base")
+	resp := e.openStream(s, "process.Process/Start", runArgs("sleep 60"), nil)
+	defer resp.Body.Close()
+	readEnvelope(resp.Body) // start
+	if r, b := e.api("DELETE", "/sandboxes/"+s.SandboxID, nil); r.StatusCode != 204 {
+		t.Fatalf("kill: %d %s", r.StatusCode, b)
+	}
+	for {
+		fl, msg, err := readEnvelope(resp.Body)
+		if err != nil {
+			break
+		}
+		t.Errorf("after the kill: envelope %d %s", fl, msg)
+	}
+	if r, _ := e.do("GET", "/health", nil, envdHdr(s)); r.StatusCode != 502 {
+		t.Errorf("health: %d", r.StatusCode)
+	}
+}

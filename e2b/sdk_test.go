@@ -17,8 +17,8 @@ import (
 
 // sdkScenarios are the scenarios conformance/e2b/sdk.mjs runs: each must
 // report, so that one the script stopped reaching fails too.
-var sdkScenarios = []string{"create", "commands.run wait", "commands stream", "commands background and kill", "commands stdin",
-	"files", "files watch", "getHost", "setTimeout and info", "list", "pause and connect", "pty", "kill", "code interpreter"}
+var sdkScenarios = []string{"create", "commands.run wait", "commands stream", "commands background and kill", "commands timeout", "commands stdin",
+	"files", "files watch", "getHost", "setTimeout and info", "list", "pause and connect", "pty", "kill during a command", "kill", "code interpreter"}
 
 // TestUnmodifiedSDKs runs the published e2b and @e2b/code-interpreter
 // packages (pinned in conformance/e2b/package-lock.json) against the

@@ -7,7 +7,7 @@
 // failed. SDK_PORT_TEXT, when set, is what the server on port 3000 of a
 // sandbox answers (the getHost scenario needs a server there).
 import http from 'node:http'
-import { Sandbox, CommandExitError, NotFoundError } from 'e2b'
+import { Sandbox, CommandExitError, NotFoundError, TimeoutError } from 'e2b'
 import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter'
 
 const only = process.env.SDK_ONLY ? process.env.SDK_ONLY.split(',') : null
@@ -91,6 +91,18 @@ await scenario('commands background and kill', async () => {
     check(err instanceof CommandExitError, `wait after kill: ${err}`)
   }
   check(!(await sbx.commands.kill(h.pid)), 'kill of an ended process returned true')
+})
+
+await scenario('commands timeout', async () => {
+  // E2B ends a command at its timeoutMs; the SDK reports a TimeoutError.
+  const h = await sbx.commands.run('sleep 10', { timeoutMs: 1000, background: true })
+  try {
+    await h.wait()
+    throw new Error('a command past its timeout did not throw')
+  } catch (err) {
+    check(err instanceof TimeoutError, `past its timeout: ${err}`)
+  }
+  check(!(await sbx.commands.list()).some((p) => p.pid === h.pid), 'the command outlived its timeout')
 })
 
 await scenario('commands stdin', async () => {
@@ -188,6 +200,14 @@ await scenario('pty', async () => {
   check(got.join('').includes('from-pty'), `pty output: ${JSON.stringify(got)}`)
   await sbx.pty.resize(t.pid, { cols: 100, rows: 30 })
   check(await sbx.pty.kill(t.pid), 'pty kill returned false')
+})
+
+await scenario('kill during a command', async () => {
+  const other = await Sandbox.create('base')
+  const cmd = await other.commands.run('sleep 60', { background: true })
+  await other.kill()
+  const err = await cmd.wait().catch((e) => e)
+  check(err instanceof TimeoutError && err.message.includes('sandbox was killed or reached its end of life'), `${err}`)
 })
 
 await scenario('kill', async () => {
