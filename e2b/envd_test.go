@@ -239,6 +239,9 @@ func TestFilesystemRPCs(t *testing.T) {
 	if _, err := e.sb.Stat(t.Context(), s.SandboxID, "d/g.txt"); err == nil {
 		t.Error("Remove left the file")
 	}
+	if st, b := e.unary(s, "filesystem.Filesystem/Remove", map[string]any{"path": "d/g.txt"}, nil); st != 200 {
+		t.Errorf("Remove of nothing (envd: done, as os.RemoveAll): %d %s", st, b)
+	}
 }
 
 // /files: multipart with the part's filename as the full path (Go's

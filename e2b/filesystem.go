@@ -145,7 +145,13 @@ func (h *Handler) filesystemRPC(w http.ResponseWriter, r *http.Request, id, meth
 		})
 	case "Remove":
 		unary(w, r, func(ctx context.Context, req *pathRequest) (*empty, error) {
-			return &empty{}, h.sb.Remove(ctx, id, req.Path)
+			// envd removes as os.RemoveAll does: nothing there is done
+			// (E2B's test "remove non-existing file" expects no error).
+			// ServeHTTP found the sandbox, so not found is the path.
+			if err := h.sb.Remove(ctx, id, req.Path); err != nil && !errors.Is(err, api.ErrNotFound) {
+				return nil, err
+			}
+			return &empty{}, nil
 		})
 	case "WatchDir":
 		serveStream(w, r, func(ctx context.Context, s *stream, req *watchRequest) { h.watchDir(ctx, r, s, id, req) })
