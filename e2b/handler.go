@@ -456,8 +456,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g != grantNone {
 		// A sandbox that ended on its own (its lifetime) still has tokens
 		// here: answer as for any sandbox that is gone, and forget them.
-		if _, err := h.lookup(r.Context(), t.id); errors.Is(err, api.ErrNotFound) {
+		info, err := h.lookup(r.Context(), t.id)
+		if errors.Is(err, api.ErrNotFound) {
 			sandboxGone(w, t.id, "sandbox not found")
+			return
+		}
+		if err == nil && info.State == api.SandboxPaused && t.port == EnvdPort && r.URL.Path == "/health" {
+			// isRunning of a paused sandbox is false (E2B's test "connect
+			// to a paused sandbox"); any other call resumes it, as every
+			// api.Sandboxes call that names a sandbox does.
+			sandboxGone(w, t.id, "sandbox paused")
 			return
 		}
 	}

@@ -188,6 +188,8 @@ await scenario('list', async () => {
 await scenario('pause and connect', async () => {
   check(await Sandbox.pause(sbx.sandboxId), 'pause returned false')
   check(!(await Sandbox.pause(sbx.sandboxId)), 'a second pause returned true')
+  check(!(await sbx.isRunning()), 'a paused sandbox is running')
+  check((await sbx.getInfo()).state === 'paused', 'getInfo of a paused sandbox')
   const again = await Sandbox.connect(sbx.sandboxId)
   const r = await again.commands.run('echo back')
   check(r.stdout === 'back\n', `after resume: ${r.stdout}`)
