@@ -39,9 +39,14 @@ func (h *Handler) controlRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /sandboxes/{id}/refreshes", h.refresh)
 	m.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
 	m.HandleFunc("POST /sandboxes/{id}/resume", h.resume)
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not supported by sandcell's E2B drop-in (templates are built with `sandcell image import` and `sandcell rootfs build`; snapshots, volumes, fork, metrics and logs are not offered)", r.Method, r.URL.Path))
-	})
+	m.HandleFunc("/", h.unsupported)
+	// Not a sandbox named "metrics": the metrics of all (not offered).
+	m.HandleFunc("GET /sandboxes/metrics", h.unsupported)
+}
+
+// unsupported answers what the drop-in does not offer, in E2B's shape.
+func (h *Handler) unsupported(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not supported by sandcell's E2B drop-in (templates are built with `sandcell image import` and `sandcell rootfs build`; snapshots, volumes, fork, metrics and logs are not offered)", r.Method, r.URL.Path))
 }
 
 // newSandbox is openapi NewSandbox: what the SDKs send.

@@ -87,9 +87,12 @@ func TestUnknownTemplate(t *testing.T) {
 	if resp.StatusCode != 400 {
 		t.Errorf("mcp: %d %s", resp.StatusCode, b)
 	}
-	resp, b = e.api("POST", "/v3/templates", map[string]any{})
-	if resp.StatusCode != 501 || !strings.Contains(string(b), `"code":501`) {
-		t.Errorf("template build: %d %s", resp.StatusCode, b)
+	for _, p := range []string{"POST /v3/templates", "GET /sandboxes/metrics", "GET /sandboxes/abc/logs", "POST /sandboxes/abc/snapshots"} {
+		m, path, _ := strings.Cut(p, " ")
+		resp, b = e.api(m, path, map[string]any{})
+		if resp.StatusCode != 501 || !strings.Contains(string(b), `"code":501`) {
+			t.Errorf("%s: %d %s", p, resp.StatusCode, b)
+		}
 	}
 }
 
