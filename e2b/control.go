@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,7 +25,8 @@ import (
 // timeout: 15 s) when a create names none.
 const defaultTimeout = 15 * time.Second
 
-// clientID is what E2B calls the node holding a sandbox.
+// clientID is what E2B calls the node holding a sandbox (Options.Node
+// when set).
 const clientID = "sandcell"
 
 func (h *Handler) controlRoutes(m *http.ServeMux) {
@@ -186,7 +188,7 @@ func (h *Handler) sandboxBody(info api.SandboxInfo, st sbTokens, listed bool) sa
 	if tmpl == "" {
 		tmpl = info.Template
 	}
-	s := sandboxJSON{TemplateID: tmpl, SandboxID: info.ID, ClientID: clientID, EnvdVersion: EnvdVersion,
+	s := sandboxJSON{TemplateID: tmpl, SandboxID: h.external(info.ID), ClientID: cmp.Or(h.opt.Node, clientID), EnvdVersion: EnvdVersion,
 		EnvdAccessToken: st.envdText, TrafficAccessToken: st.trafficText}
 	if h.opt.Domain != "" {
 		s.Domain = &h.opt.Domain
@@ -262,7 +264,7 @@ func (h *Handler) lookup(ctx context.Context, id string) (api.SandboxInfo, error
 }
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id := h.internal(r.PathValue("id"))
 	info, err := h.lookup(r.Context(), id)
 	if err != nil {
 		h.fail(w, "sandbox "+id, err)
@@ -273,7 +275,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id := h.internal(r.PathValue("id"))
 	if err := h.sb.KillSandbox(r.Context(), id); err != nil {
 		if errors.Is(err, api.ErrNotFound) {
 			h.tokens.forget(id)
@@ -295,7 +297,7 @@ type timeoutBody struct {
 }
 
 func (h *Handler) setLifetime(w http.ResponseWriter, r *http.Request, secs *int64, field string) {
-	id := r.PathValue("id")
+	id := h.internal(r.PathValue("id"))
 	if secs == nil || *secs < 0 {
 		writeError(w, http.StatusBadRequest, field+": want a number of seconds, 0 or more")
 		return
@@ -330,7 +332,7 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id := h.internal(r.PathValue("id"))
 	info, err := h.lookup(r.Context(), id)
 	if err == nil && info.State == api.SandboxPaused {
 		writeError(w, http.StatusConflict, "sandbox "+id+" is already paused")
@@ -355,7 +357,7 @@ type resumeBody struct {
 // wake resumes sandbox id if it is paused (resumed: it was), sets its
 // lifetime if asked, and answers with the sandbox.
 func (h *Handler) wake(w http.ResponseWriter, r *http.Request, conflictIfRunning bool) {
-	id := r.PathValue("id")
+	id := h.internal(r.PathValue("id"))
 	var b resumeBody
 	if err := readBody(r, &b); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())

@@ -60,6 +60,14 @@ type Options struct {
 	// without a token; by default they need the sandbox's traffic or
 	// access token (E2B-Traffic-Access-Token or X-Access-Token).
 	PublicPorts bool
+	// Node, when set, names this instance in every sandbox id it gives
+	// out (NODE + the service's id), so that a stock proxy in front of
+	// several instances routes by the id's prefix (the E2b-Sandbox-Id
+	// header, the /sandboxes/ID path, the PORT-ID host) with no code of
+	// ours: docs/e2b.md "Several instances". Lower-case letters and
+	// digits, starting with a letter; the names of one cluster must not
+	// be prefixes of each other (give them one length).
+	Node string
 	// MaxFileBytes bounds one /files download or upload (0: 100 MiB).
 	MaxFileBytes int64
 	Logger       *slog.Logger
@@ -102,6 +110,9 @@ func New(opt Options) (*Handler, error) {
 	if len(opt.APIKeys) == 0 {
 		return nil, errors.New("e2b: no API key: the control plane creates sandboxes and must not be open (give a key file)")
 	}
+	if opt.Node != "" && !nodeShape.MatchString(opt.Node) {
+		return nil, fmt.Errorf("e2b: node name %q: want a lower-case letter, then up to 15 letters or digits", opt.Node)
+	}
 	if opt.Templates == nil {
 		opt.Templates = DefaultTemplates()
 	}
@@ -122,6 +133,21 @@ func New(opt Options) (*Handler, error) {
 	h.mux = http.NewServeMux()
 	h.controlRoutes(h.mux)
 	return h, nil
+}
+
+var nodeShape = regexp.MustCompile(`^[a-z][a-z0-9]{0,15}$`)
+
+// external is the id E2B's clients see for the service's sandbox id.
+func (h *Handler) external(id string) string { return h.opt.Node + id }
+
+// internal is the service's id for an id clients give, "" for one that
+// names another node (or no sandbox of this one).
+func (h *Handler) internal(ext string) string {
+	id, ok := strings.CutPrefix(ext, h.opt.Node)
+	if !ok || id == "" {
+		return ""
+	}
+	return id
 }
 
 // keyShape is an operator key: E2B's own shape (e2b_ + 40 hex), which
@@ -311,10 +337,12 @@ func (t *tokens) check(id string, r *http.Request) grant {
 	return grantNone
 }
 
-// target is the sandbox and port a data-plane request is for.
+// target is the sandbox and port a data-plane request is for: id the
+// service's, ext the one the client gave (when it gave one).
 type target struct {
 	id   string
 	port int
+	ext  string
 }
 
 // sandboxIDShape is infra's sandbox id alphabet (infra
@@ -327,7 +355,7 @@ var sandboxIDShape = regexp.MustCompile(`^[a-z0-9]+$`)
 // access token (old JS SDKs' /files and /health). ok is false for a
 // control-plane request.
 func (h *Handler) route(r *http.Request) (target, bool) {
-	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+	if ext := r.Header.Get("E2b-Sandbox-Id"); ext != "" {
 		port := EnvdPort
 		if p := r.Header.Get("E2b-Sandbox-Port"); p != "" {
 			n, err := strconv.Atoi(p)
@@ -336,18 +364,18 @@ func (h *Handler) route(r *http.Request) (target, bool) {
 			}
 			port = n
 		}
-		return target{id, port}, true
+		return target{h.internal(ext), port, ext}, true
 	}
 	if t, ok := h.hostTarget(r.Host); ok {
 		return t, true
 	}
 	if id := h.tokens.sandboxOf(r.Header.Get("X-Access-Token")); id != "" {
-		return target{id, EnvdPort}, true
+		return target{id, EnvdPort, ""}, true
 	}
 	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
 		// A signed URL (uploadUrl, downloadUrl) comes with no header: the
 		// sandbox whose token signed it is the one ("" if none did).
-		return target{h.tokens.signer(func(token string) bool { return signatureOK(r, token) }), EnvdPort}, true
+		return target{h.tokens.signer(func(token string) bool { return signatureOK(r, token) }), EnvdPort, ""}, true
 	}
 	return target{}, false
 }
@@ -392,7 +420,8 @@ func (h *Handler) hostTarget(host string) (target, bool) {
 	if h.opt.Domain != "" && domain != strings.ToLower(h.opt.Domain) {
 		return target{}, false
 	}
-	p, id, ok := strings.Cut(label, "-")
+	p, ext, ok := strings.Cut(label, "-")
+	id := h.internal(ext)
 	if !ok || !sandboxIDShape.MatchString(id) {
 		return target{}, false
 	}
@@ -400,7 +429,7 @@ func (h *Handler) hostTarget(host string) (target, bool) {
 	if err != nil || port <= 0 || port > 65535 || !h.tokens.known(id) {
 		return target{}, false
 	}
-	return target{id, port}, true
+	return target{id, port, ext}, true
 }
 
 // controlPrefixes are the control plane's paths. None of them collides with
@@ -433,16 +462,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.mux.ServeHTTP(w, r)
 		return
 	}
+	if t.id == "" && t.ext != "" {
+		sandboxGone(w, t.ext, "sandbox not found on this node")
+		return
+	}
 	if t.id == "" {
 		writeError(w, http.StatusUnauthorized, "invalid or expired signature")
 		return
 	}
 	if !sandboxIDShape.MatchString(t.id) || t.port < 0 {
-		sandboxGone(w, t.id, "bad sandbox id or port")
+		sandboxGone(w, t.ext, "bad sandbox id or port")
 		return
 	}
 	if !h.tokens.known(t.id) {
-		sandboxGone(w, t.id, "sandbox not found")
+		sandboxGone(w, h.external(t.id), "sandbox not found")
 		return
 	}
 	g := h.tokens.check(t.id, r)
@@ -458,14 +491,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// here: answer as for any sandbox that is gone, and forget them.
 		info, err := h.lookup(r.Context(), t.id)
 		if errors.Is(err, api.ErrNotFound) {
-			sandboxGone(w, t.id, "sandbox not found")
+			sandboxGone(w, h.external(t.id), "sandbox not found")
 			return
 		}
 		if err == nil && info.State == api.SandboxPaused && t.port == EnvdPort && r.URL.Path == "/health" {
 			// isRunning of a paused sandbox is false (E2B's test "connect
 			// to a paused sandbox"); any other call resumes it, as every
 			// api.Sandboxes call that names a sandbox does.
-			sandboxGone(w, t.id, "sandbox paused")
+			sandboxGone(w, h.external(t.id), "sandbox paused")
 			return
 		}
 	}

@@ -6,11 +6,18 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -27,23 +34,37 @@ var sdkScenarios = []string{"create", "commands.run wait", "commands stream", "c
 // node is absent, and never in CI.
 func TestUnmodifiedSDKs(t *testing.T) {
 	node, dir := sdkNode(t)
-	const portText = "dev server on 3000"
-	devServer := newHTTPServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, portText) }))
+	srv := httptest.NewServer(sdkHandler(t, ""))
+	defer srv.Close()
+	runSDK(t, node, dir, srv.URL, sdkScenarios)
+}
+
+// sdkPortText is what the server on port 3000 of every fake sandbox says.
+const sdkPortText = "dev server on 3000"
+
+// sdkHandler is a handler over a fake service whose sandboxes serve port
+// 3000, named node.
+func sdkHandler(t *testing.T, node string) *Handler {
+	devServer := newHTTPServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, sdkPortText) }))
 	sb := newFake()
 	sb.ports = map[int]string{3000: devServer}
-	h, err := New(Options{Sandboxes: sb, Kernels: newFakeKernels(), APIKeys: []string{testKey}})
+	h, err := New(Options{Sandboxes: sb, Kernels: newFakeKernels(), APIKeys: []string{testKey}, Node: node})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	return h
+}
 
+// runSDK runs sdk.mjs's scenarios only against the server at url and
+// fails the test for each that failed or did not report.
+func runSDK(t *testing.T, node, dir, url string, only []string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "sdk.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "E2B_API_URL="+srv.URL, "E2B_SANDBOX_URL="+srv.URL,
-		"E2B_API_KEY="+testKey, "E2B_DOMAIN=", "E2B_DEBUG=", "SDK_PORT_TEXT="+portText, "SDK_ONLY=")
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url,
+		"E2B_API_KEY="+testKey, "E2B_DOMAIN=", "E2B_DEBUG=", "SDK_PORT_TEXT="+sdkPortText, "SDK_ONLY="+strings.Join(only, ","))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, runErr := cmd.Output()
@@ -64,7 +85,7 @@ func TestUnmodifiedSDKs(t *testing.T) {
 			t.Errorf("%s: %s", r.Name, r.Error)
 		}
 	}
-	for _, s := range sdkScenarios {
+	for _, s := range only {
 		if !reported[s] {
 			t.Errorf("scenario %q did not run", s)
 		}
@@ -74,6 +95,61 @@ func TestUnmodifiedSDKs(t *testing.T) {
 	}
 	if t.Failed() && stderr.Len() > 0 {
 		t.Logf("stderr:\n%s", stderr.Bytes())
+	}
+}
+
+// TestTwoNodesBehindOneProxy runs the SDK scenarios twice through a proxy
+// in front of two instances (Node "na" and "nb") that routes as a stock
+// proxy's rules do (docs/e2b.md "Several instances": nginx's map on the
+// E2b-Sandbox-Id header, a regex on the /sandboxes/ID path and on the
+// PORT-ID host, round robin for the rest): the ids name their node, so
+// every call after create reaches the instance holding the sandbox, and
+// the creates of the two runs land on both. What a stock proxy cannot
+// route (a list of all, a signed URL, a token alone) is left out.
+func TestTwoNodesBehindOneProxy(t *testing.T) {
+	node, dir := sdkNode(t)
+	nodes := map[string]*httptest.Server{}
+	for _, n := range []string{"na", "nb"} {
+		nodes[n] = httptest.NewServer(sdkHandler(t, n))
+		defer nodes[n].Close()
+	}
+	var mu sync.Mutex
+	rr, hits := 0, map[string]int{}
+	byPath := regexp.MustCompile(`^/(v2/)?sandboxes/(na|nb)`)
+	byHost := regexp.MustCompile(`^[0-9]+-(na|nb)`)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n string
+		switch id := r.Header.Get("E2b-Sandbox-Id"); {
+		case strings.HasPrefix(id, "na"), strings.HasPrefix(id, "nb"):
+			n = id[:2]
+		case byHost.MatchString(r.Host):
+			n = byHost.FindStringSubmatch(r.Host)[1]
+		case byPath.MatchString(r.URL.Path):
+			n = byPath.FindStringSubmatch(r.URL.Path)[2]
+		default:
+			mu.Lock()
+			rr++
+			n = []string{"na", "nb"}[rr%2]
+			mu.Unlock()
+		}
+		mu.Lock()
+		hits[n]++
+		mu.Unlock()
+		u, _ := url.Parse(nodes[n].URL)
+		rp := httputil.NewSingleHostReverseProxy(u)
+		rp.ErrorLog = log.New(io.Discard, "", 0) // the stream a killed sandbox drops
+		rp.Director = func(out *http.Request) {
+			out.URL.Scheme, out.URL.Host = u.Scheme, u.Host // the Host header stays the client's
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	only := slices.DeleteFunc(slices.Clone(sdkScenarios), func(s string) bool { return s == "files" || s == "list" })
+	for range 2 {
+		runSDK(t, node, dir, proxy.URL, only)
+	}
+	if hits["na"] < 10 || hits["nb"] < 10 {
+		t.Errorf("requests per node %v: both should hold sandboxes", hits)
 	}
 }
 

@@ -23,7 +23,7 @@ func mountE2B(next http.Handler, sb api.Sandboxes, k e2b.Kernels, sc config.Serv
 	if err != nil {
 		return nil, fmt.Errorf("--e2b-key-file: %w", err)
 	}
-	h, err := e2b.New(e2b.Options{Sandboxes: sb, Kernels: k, APIKeys: keys, Domain: sc.E2BDomain, Logger: log})
+	h, err := e2b.New(e2b.Options{Sandboxes: sb, Kernels: k, APIKeys: keys, Domain: sc.E2BDomain, Node: sc.E2BNode, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("--e2b: %w", err)
 	}

@@ -60,6 +60,7 @@ var samples = map[string]struct {
 	"e2b":                     {[]string{"true"}, `true`},
 	"e2b-key-file":            {[]string{"/etc/k"}, `"/etc/k"`},
 	"e2b-domain":              {[]string{"sbx.test"}, `"sbx.test"`},
+	"e2b-node":                {[]string{"n01"}, `"n01"`},
 	"max-kernels":             {[]string{"3"}, `3`},
 	"kernel-idle":             {[]string{"2m"}, `"2m"`},
 	"fork-server":             {[]string{"false"}, `false`},
