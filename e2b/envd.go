@@ -391,6 +391,14 @@ func (h *Handler) pump(ctx context.Context, r *http.Request, s *stream, id strin
 					// where an end event would read as the command's exit.
 					panic(http.ErrAbortHandler)
 				}
+				if ev.End.Reason == reasonTimeout {
+					// The process reached the stream's own deadline
+					// (Connect-Timeout-Ms): envd's stream ends with
+					// deadline_exceeded then (the SDK's TimeoutError),
+					// whichever of the two clocks fired first.
+					s.end(rpcErr("deadline_exceeded", "process %d: its timeout ended it", pid))
+					return
+				}
 				if err := send(map[string]any{"end": endOf(ev.End)}); err != nil {
 					return
 				}
@@ -415,6 +423,10 @@ func (h *Handler) pump(ctx context.Context, r *http.Request, s *stream, id strin
 // reasonSandboxKilled is api.ProcessExit.Reason for a process whose
 // sandbox was killed.
 const reasonSandboxKilled = "sandbox killed"
+
+// reasonTimeout is api.ProcessExit.Reason for a process ended at its
+// TimeoutMS.
+const reasonTimeout = "timeout"
 
 // endOf is process.ProcessEvent.EndEvent: as envd (Go's os.ProcessState)
 // says it, exit code -1 and exited false for a process a signal ended.

@@ -71,8 +71,8 @@ func TestStartTimeout(t *testing.T) {
 	if len(evs) == 0 || evs[0] != "start" {
 		t.Errorf("%v", evs)
 	}
-	if endErr == nil && !slices.Contains(evs, "end:-1:signal: killed") {
-		t.Errorf("no end after the timeout: %v %v", evs, endErr)
+	if endErr == nil || endErr["code"] != "deadline_exceeded" || slices.ContainsFunc(evs, func(e string) bool { return strings.HasPrefix(e, "end:") }) {
+		t.Errorf("after the timeout: %v %v, want no end event and deadline_exceeded (the SDK's TimeoutError)", evs, endErr)
 	}
 	p := must(e.sb.FindProcess(t.Context(), s.SandboxID, 101, ""))
 	if p.Spec.TimeoutMS != 300 {

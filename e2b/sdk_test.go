@@ -113,6 +113,8 @@ func TestTwoNodesBehindOneProxy(t *testing.T) {
 		nodes[n] = httptest.NewServer(sdkHandler(t, n))
 		defer nodes[n].Close()
 	}
+	backendTransport := &http.Transport{DisableKeepAlives: true}
+	defer backendTransport.CloseIdleConnections()
 	var mu sync.Mutex
 	rr, hits := 0, map[string]int{}
 	byPath := regexp.MustCompile(`^/(v2/)?sandboxes/(na|nb)`)
@@ -135,9 +137,21 @@ func TestTwoNodesBehindOneProxy(t *testing.T) {
 		mu.Lock()
 		hits[n]++
 		mu.Unlock()
+		if r.ContentLength > 0 {
+			// Read exactly the body, never its end: once a Go server's
+			// request body reaches EOF it watches the connection and
+			// cancels the request when the client's side closes, and with
+			// undici (the SDK's HTTP client) that cut a live stream now
+			// and then (the handler itself reads one envelope and stops).
+			b := make([]byte, r.ContentLength)
+			io.ReadFull(r.Body, b)
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
 		u, _ := url.Parse(nodes[n].URL)
 		rp := httputil.NewSingleHostReverseProxy(u)
 		rp.ErrorLog = log.New(io.Discard, "", 0) // the stream a killed sandbox drops
+		rp.FlushInterval = -1                    // proxy_buffering off: streams pass as they come
+		rp.Transport = backendTransport          // nginx's default: no keep-alive to upstreams
 		rp.Director = func(out *http.Request) {
 			out.URL.Scheme, out.URL.Host = u.Scheme, u.Host // the Host header stays the client's
 		}
