@@ -19,9 +19,10 @@ import (
 
 // Kernels is what the code interpreter asks of the service: contexts (a
 // kernel of one language, with its own state, in a live sandbox) that run
-// cells with streaming output. The service implements it over its kernels
-// in the sandbox; errors are classed as api.Sandboxes' (api.ErrInvalid for
-// an unknown language, api.ErrNotFound for no such sandbox or context).
+// cells with streaming output. The binary adapts the service's kernels to
+// it (the service is below e2b and cannot name its types); errors are
+// classed as api.Sandboxes' (api.ErrInvalid for an unknown language,
+// api.ErrNotFound for no such sandbox or context).
 type Kernels interface {
 	// CreateContext starts a context of spec.Language ("python",
 	// "javascript", "typescript", "r", "java", "bash") in sandbox id,

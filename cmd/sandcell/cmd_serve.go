@@ -16,7 +16,6 @@ import (
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/cmd/internal/metrics"
-	"github.com/sandcell/sandcell/e2b"
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/internal/health"
@@ -159,12 +158,13 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		var root http.Handler = mux
 		if sc.E2B {
 			// The service is handed over as api.Sandboxes (and its kernels
-			// as e2b.Kernels): e2b names no implementation.
+			// as e2b.Kernels, through e2bKernels): e2b names no
+			// implementation.
 			sb, ok := any(svc.Service).(api.Sandboxes)
 			if !ok {
 				return env.fail(errors.New("--e2b: this build's service holds no live sandboxes (issue #39)"))
 			}
-			k, _ := any(svc.Service).(e2b.Kernels)
+			k := e2bKernels(svc)
 			e2bh, err := mountE2B(mux, sb, k, sc, env.log)
 			if err != nil {
 				return env.fail(err)
