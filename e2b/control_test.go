@@ -300,3 +300,30 @@ func TestLoadKeys(t *testing.T) {
 }
 
 var _ = api.ErrNotFound
+
+// With a node name, every id given out starts with it and clientID is it;
+// an id of another node is not found here, on either plane.
+func TestNodeNamesIDs(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Node = "na" })
+	s := e.create("base")
+	if s.SandboxID != "nasbx0001" || s.ClientID != "na" {
+		t.Fatalf("%+v", s)
+	}
+	if resp, b := e.api("GET", "/sandboxes/"+s.SandboxID, nil); resp.StatusCode != 200 {
+		t.Errorf("get: %d %s", resp.StatusCode, b)
+	}
+	if resp, _ := e.do("GET", "/health", nil, envdHdr(s)); resp.StatusCode != 204 {
+		t.Errorf("health: %d", resp.StatusCode)
+	}
+	if resp, _ := e.api("GET", "/sandboxes/nbsbx0001", nil); resp.StatusCode != 404 {
+		t.Errorf("another node's id on the control plane: %d", resp.StatusCode)
+	}
+	h := envdHdr(s)
+	h["E2b-Sandbox-Id"] = "nbsbx0001"
+	if resp, b := e.do("GET", "/health", nil, h); resp.StatusCode != 502 || !strings.Contains(string(b), "nbsbx0001") {
+		t.Errorf("another node's id on the data plane: %d %s", resp.StatusCode, b)
+	}
+	if _, err := New(Options{Sandboxes: newFake(), APIKeys: []string{testKey}, Node: "N-1"}); err == nil {
+		t.Error("a node name outside [a-z][a-z0-9]* was taken")
+	}
+}
