@@ -28,7 +28,7 @@ type Kernels interface {
 	// "javascript", "typescript", "r", "java", "bash") in sandbox id,
 	// working in spec.Cwd ("" the user's home).
 	CreateContext(ctx context.Context, id string, spec ContextSpec) (Context, error)
-	// Contexts lists the sandbox's contexts.
+	// Contexts lists the sandbox's contexts, in the order they were made.
 	Contexts(ctx context.Context, id string) ([]Context, error)
 	// RestartContext restarts a context's kernel: its state is lost.
 	RestartContext(ctx context.Context, id, contextID string) error
@@ -158,6 +158,9 @@ func (h *Handler) interpreter(w http.ResponseWriter, r *http.Request, id string)
 	}
 	k := h.opt.Kernels
 	p := r.URL.Path
+	if strings.HasPrefix(p, "/contexts") || p == "/execute" {
+		h.startDefaults(r.Context(), id)
+	}
 	switch {
 	case p == "/health" && r.Method == http.MethodGet:
 		writeJSON(w, http.StatusOK, "OK")
@@ -250,6 +253,33 @@ func (h *Handler) defaultContext(ctx context.Context, id, lang string) (string, 
 	}
 	h.defaults[id][lang] = c.ID
 	return c.ID, nil
+}
+
+// defaultLanguages are the contexts E2B's server makes at its start
+// (template/server/main.py): listed before any the client makes, and
+// expected by its tests ("list contexts").
+var defaultLanguages = []string{"python", "javascript"}
+
+// startDefaults makes the sandbox's default contexts on its first code
+// interpreter call; a language the kernels lack is skipped (its calls
+// then say so).
+func (h *Handler) startDefaults(ctx context.Context, id string) {
+	h.cmu.Lock()
+	_, started := h.defaults[id]
+	h.cmu.Unlock()
+	if started {
+		return
+	}
+	for _, lang := range defaultLanguages {
+		if _, err := h.defaultContext(ctx, id, lang); err != nil {
+			h.log.Debug("e2b: no default context", "sandbox", id, "language", lang, "err", err)
+		}
+	}
+	h.cmu.Lock()
+	defer h.cmu.Unlock()
+	if h.defaults[id] == nil {
+		h.defaults[id] = map[string]string{}
+	}
 }
 
 func (h *Handler) forgetDefault(id, cid string) {

@@ -90,10 +90,12 @@ func TestContexts(t *testing.T) {
 	if ls := lines(t, b); ls[0]["text"] != nil {
 		t.Errorf("restart kept state: %s", b)
 	}
+	// The defaults (python, javascript, as E2B's server makes at start)
+	// come first, then the client's.
 	_, b = e.do("GET", "/contexts", nil, h)
 	var cs []Context
 	json.Unmarshal(b, &cs)
-	if len(cs) != 1 || cs[0].ID != c.ID {
+	if len(cs) != 3 || cs[0].Language != "python" || cs[1].Language != "javascript" || cs[2].ID != c.ID {
 		t.Errorf("list: %s", b)
 	}
 	if resp, _ := e.do("DELETE", "/contexts/"+c.ID, nil, h); resp.StatusCode != 200 {
