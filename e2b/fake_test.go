@@ -618,16 +618,41 @@ type fakeKernels struct {
 	mu   sync.Mutex
 	n    int
 	ctxs map[string]*fakeContext
+	// sb, when set, is the service whose sandboxes the contexts live in: a
+	// cell sleeping there ends when its sandbox is killed.
+	sb *fakeSandboxes
 }
 
 type fakeContext struct {
+	run     sync.Mutex // a kernel runs one cell at a time
 	sandbox string
 	c       Context
 	vars    map[string]string
 	count   int
 }
 
-func newFakeKernels() *fakeKernels { return &fakeKernels{ctxs: map[string]*fakeContext{}} }
+func newFakeKernels(sb *fakeSandboxes) *fakeKernels {
+	return &fakeKernels{ctxs: map[string]*fakeContext{}, sb: sb}
+}
+
+// sleep is a cell's time.sleep(d): until d passes, ctx ends (the client
+// left: the cell is interrupted) or the sandbox is gone.
+func (k *fakeKernels) sleep(ctx context.Context, id string, d time.Duration) error {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if k.sb != nil {
+			if _, err := k.sb.Sandbox(ctx, id); err != nil {
+				return fmt.Errorf("the kernel's sandbox is gone: %w", err)
+			}
+		}
+	}
+	return nil
+}
 
 func (k *fakeKernels) CreateContext(ctx context.Context, id string, spec ContextSpec) (Context, error) {
 	k.mu.Lock()
@@ -693,6 +718,10 @@ func (k *fakeKernels) Execute(ctx context.Context, id, cid string, cell Cell, em
 		k.mu.Unlock()
 		return err
 	}
+	k.mu.Unlock()
+	c.run.Lock()
+	defer c.run.Unlock()
+	k.mu.Lock()
 	c.count++
 	var outs []Output
 	for _, line := range strings.Split(cell.Code, "\n") {
@@ -711,6 +740,16 @@ func (k *fakeKernels) Execute(ctx context.Context, id, cid string, cell Cell, em
 		case strings.HasPrefix(line, "raise "):
 			name := strings.TrimPrefix(line, "raise ")
 			outs = append(outs, Output{Type: OutputError, Name: name, Value: "division by zero", Traceback: "Traceback (most recent call last):\n  Cell In[1], line 1\n" + name + ": division by zero"})
+		case strings.Contains(line, "time.sleep("):
+			_, arg, _ := strings.Cut(line, "time.sleep(")
+			secs, _ := strconv.Atoi(strings.TrimSuffix(arg, ")"))
+			k.mu.Unlock()
+			err := k.sleep(ctx, id, time.Duration(secs)*time.Second)
+			k.mu.Lock()
+			if err != nil {
+				k.mu.Unlock()
+				return err
+			}
 		case strings.HasPrefix(line, "import "), strings.HasPrefix(line, "plt.plot("):
 		case strings.HasPrefix(line, "echo "):
 			arg := strings.TrimPrefix(line, "echo ")

@@ -23,7 +23,8 @@ type env struct {
 
 func newEnv(t testing.TB, mod ...func(*Options)) *env {
 	t.Helper()
-	e := &env{t: t, sb: newFake(), k: newFakeKernels()}
+	e := &env{t: t, sb: newFake()}
+	e.k = newFakeKernels(e.sb)
 	opt := Options{Sandboxes: e.sb, Kernels: e.k, APIKeys: []string{testKey}}
 	for _, m := range mod {
 		m(&opt)

@@ -38,8 +38,10 @@ type Kernels interface {
 	// order as it comes (stdout, stderr, results, the error of a cell that
 	// raised, the execution count) and returning when the cell is done.
 	// A cell's own error is an Output, not an error; an error is the
-	// kernel's failure. An error from emit (the client left) ends the
-	// cell's wait and is returned.
+	// kernel's failure. ctx ending (the client left or gave up: E2B's
+	// test "subsequent execution works after client timeout") must
+	// interrupt the cell, so that the context's next cell does not wait
+	// behind it; an error from emit ends the cell's wait and is returned.
 	Execute(ctx context.Context, id, contextID string, cell Cell, emit func(Output) error) error
 }
 
@@ -282,6 +284,20 @@ func (h *Handler) startDefaults(ctx context.Context, id string) {
 	}
 }
 
+// contextExists answers api.ErrNotFound for a context the sandbox has not.
+func (h *Handler) contextExists(ctx context.Context, id, cid string) error {
+	cs, err := h.opt.Kernels.Contexts(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		if c.ID == cid {
+			return nil
+		}
+	}
+	return api.NotFound("no context " + cid + " in this sandbox")
+}
+
 func (h *Handler) forgetDefault(id, cid string) {
 	h.cmu.Lock()
 	defer h.cmu.Unlock()
@@ -309,44 +325,57 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	cid := req.ContextID
-	fromDefault := cid == ""
-	if fromDefault {
-		var err error
-		if cid, err = h.defaultContext(r.Context(), id, languageOf(req.Language)); err != nil {
-			h.interpFail(w, "the "+languageOf(req.Language)+" context", err)
+	lang := languageOf(req.Language)
+	if cid == "" {
+		c, err := h.defaultContext(r.Context(), id, lang)
+		if err != nil {
+			h.interpFail(w, "the "+lang+" context", err)
 			return
 		}
+		cid = c
+	} else if err := h.contextExists(r.Context(), id, cid); err != nil {
+		h.interpFail(w, "context "+cid, err)
+		return
 	}
+	// The answer starts at once, as E2B's streaming one does: what goes
+	// wrong from here on is in the stream (or, when the sandbox goes, in
+	// the connection dropping).
 	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	started := false
+	rc.Flush()
+	emitted := false
 	emit := func(o Output) error {
 		b, err := o.line()
 		if err != nil {
 			return fmt.Errorf("encoding an output: %w", err)
 		}
-		started = true
+		emitted = true
 		if _, err := w.Write(append(b, '\n')); err != nil {
 			return err
 		}
 		return rc.Flush()
 	}
-	err := h.opt.Kernels.Execute(r.Context(), id, cid, Cell{Code: req.Code, Env: req.EnvVars}, emit)
-	if err != nil && !started && errors.Is(err, api.ErrNotFound) && fromDefault {
+	cell := Cell{Code: req.Code, Env: req.EnvVars}
+	err := h.opt.Kernels.Execute(r.Context(), id, cid, cell, emit)
+	if err != nil && !emitted && errors.Is(err, api.ErrNotFound) && req.ContextID == "" {
 		// The default context is gone (removed, or its kernel died): make
 		// another and run the cell there once.
 		h.forgetDefault(id, cid)
-		if cid, err = h.defaultContext(r.Context(), id, languageOf(req.Language)); err == nil {
-			err = h.opt.Kernels.Execute(r.Context(), id, cid, Cell{Code: req.Code, Env: req.EnvVars}, emit)
+		if cid, err = h.defaultContext(r.Context(), id, lang); err == nil {
+			err = h.opt.Kernels.Execute(r.Context(), id, cid, cell, emit)
 		}
 	}
 	if err != nil {
-		if !started {
-			h.interpFail(w, "running the cell", err)
-			return
-		}
 		if r.Context().Err() != nil {
-			return
+			return // the client left
+		}
+		if _, lerr := h.lookup(r.Context(), id); errors.Is(lerr, api.ErrNotFound) {
+			// The sandbox went while the cell ran: the connection drops
+			// with it, as E2B's does, and the SDK, finding the sandbox
+			// gone, says "the sandbox was killed while the request was in
+			// progress" (its test killedSandbox).
+			panic(http.ErrAbortHandler)
 		}
 		h.log.Warn("e2b: a cell ended early", "sandbox", id, "context", cid, "err", err)
 		emit(Output{Type: "unexpected_end_of_execution"})

@@ -3,9 +3,13 @@ package e2b
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 func ciHdr(s sandboxJSON) map[string]string {
@@ -132,5 +136,37 @@ func TestNoKernels(t *testing.T) {
 	s := e.create("base")
 	if resp, _ := e.do("POST", "/execute", map[string]any{"code": "1"}, ciHdr(s)); resp.StatusCode != 501 {
 		t.Errorf("%d", resp.StatusCode)
+	}
+}
+
+// A client that gives up ends its cell (the kernel's context ends), so the
+// next cell does not wait behind it (E2B's test "subsequent execution
+// works after client timeout").
+func TestExecuteEndsWhenClientLeaves(t *testing.T) {
+	e := newEnv(t)
+	s := e.create("code-interpreter-v1")
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	j, _ := json.Marshal(map[string]any{"code": "import time; time.sleep(8)"})
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/execute", bytes.NewReader(j))
+	for k, v := range ciHdr(s) {
+		req.Header.Set(k, v)
+	}
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body) // until the client's deadline
+		resp.Body.Close()
+	}
+	done := make(chan []byte)
+	go func() {
+		_, b := e.do("POST", "/execute", map[string]any{"code": "print(after)"}, ciHdr(s))
+		done <- b
+	}()
+	select {
+	case b := <-done:
+		if ls := lines(t, b); ls[0]["text"] != "after\n" {
+			t.Errorf("%s", b)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the next cell waited behind the one its client left")
 	}
 }

@@ -25,7 +25,7 @@ import (
 // sdkScenarios are the scenarios conformance/e2b/sdk.mjs runs: each must
 // report, so that one the script stopped reaching fails too.
 var sdkScenarios = []string{"create", "commands.run wait", "commands stream", "commands background and kill", "commands timeout", "commands stdin",
-	"files", "files watch", "getHost", "setTimeout and info", "list", "pause and connect", "pty", "kill during a command", "kill", "code interpreter"}
+	"files", "files watch", "getHost", "setTimeout and info", "list", "pause and connect", "pty", "kill during a command", "kill", "code interpreter", "code interpreter killed during a cell"}
 
 // TestUnmodifiedSDKs runs the published e2b and @e2b/code-interpreter
 // packages (pinned in conformance/e2b/package-lock.json) against the
@@ -48,7 +48,7 @@ func sdkHandler(t *testing.T, node string) *Handler {
 	devServer := newHTTPServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, sdkPortText) }))
 	sb := newFake()
 	sb.ports = map[int]string{3000: devServer}
-	h, err := New(Options{Sandboxes: sb, Kernels: newFakeKernels(), APIKeys: []string{testKey}, Node: node})
+	h, err := New(Options{Sandboxes: sb, Kernels: newFakeKernels(sb), APIKeys: []string{testKey}, Node: node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,8 @@ func sdkNode(t testing.TB) (node, dir string) {
 // against real sandboxes with conformance/e2b/bench.mjs.
 func BenchmarkSDKPath(b *testing.B) {
 	node, dir := sdkNode(b)
-	h, err := New(Options{Sandboxes: newFake(), Kernels: newFakeKernels(), APIKeys: []string{testKey}})
+	sb := newFake()
+	h, err := New(Options{Sandboxes: sb, Kernels: newFakeKernels(sb), APIKeys: []string{testKey}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -263,4 +263,13 @@ await scenario('code interpreter', async () => {
   }
 })
 
+await scenario('code interpreter killed during a cell', async () => {
+  const ci = await CodeInterpreter.create()
+  const run = ci.runCode('import time; time.sleep(300)', { timeoutMs: 300_000 }).then(() => null, (e) => e)
+  await sleep(1000)
+  await ci.kill()
+  const err = await run
+  check(err instanceof TimeoutError && /sandbox was killed while the request was in progress/.test(err.message), `${err}`)
+})
+
 process.exit(failed ? 1 : 0)
