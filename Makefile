@@ -158,8 +158,9 @@ test-cgroupv2: deps build layers ## cgroup v2 lane: the cgroup tests in a qemu V
 # npm install, not npm ci: vite (under the Inspector) names an optional
 # Windows-only package that the registry here does not serve, so the lock
 # cannot list it and npm ci refuses; npm install takes the locked versions.
-conformance-deps: ## install the real MCP clients and Node 22 in conformance/ (versions in package-lock.json)
+conformance-deps: ## install the real MCP clients, the E2B SDKs and Node 22 in conformance/ (versions in package-lock.json)
 	cd conformance && npm install --no-audit --no-fund
+	cd conformance/e2b && npm ci --no-audit --no-fund
 
 # A short run of each fuzz target (package:Target; go test -fuzz takes one
 # target at a time; the seed corpora in testdata/fuzz also run in every

@@ -173,7 +173,29 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		// time are bounded, and so are the connections at once; no
 		// ReadTimeout: net/http applies it to the whole connection, so a
 		// tool call longer than it would be cancelled.
-		hs := &http.Server{Handler: rh.PortHosts(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		var root http.Handler = rh.PortHosts(mux)
+		if sc.E2B {
+			// The service is handed over as api.Sandboxes (and its kernels
+			// as e2b.Kernels, through e2bKernels): e2b names no
+			// implementation.
+			sb := liveSandboxesOf(svc)
+			if sb == nil {
+				return env.fail(errors.New("--e2b: this server holds no live sandboxes (issue #39)"))
+			}
+			k := e2bKernels(svc)
+			e2bh, err := mountE2B(root, sb, k, sc, env.log)
+			if err != nil {
+				return env.fail(err)
+			}
+			// Not under drain.Wrap: its rule (a POST without an MCP
+			// session is a new session) would refuse E2B's every RPC.
+			root = e2bh
+			env.log.Info("serving E2B's APIs", "E2B_API_URL", "http://"+ln.Addr().String(), "kernels", k != nil)
+			if !loopback {
+				env.log.Warn("E2B's API keys and sandbox tokens travel in clear over plain HTTP on a non-loopback address: put TLS in front", "addr", ln.Addr().String())
+			}
+		}
+		hs := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 		ln = netutil.LimitListener(ln, maxConns)
 		env.log.Info("serving MCP on HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
 		wg.Add(1)

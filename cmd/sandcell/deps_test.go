@@ -53,8 +53,8 @@ var floors = []floor{
 		Why: "mcp is the protocol written by hand: it defines the interfaces its tools call (Sandbox, Installer, Kernels) and knows nothing of containers (rules below)"},
 	{Name: "service", Packages: []string{"service"},
 		Why: "service keeps what outlives a call (sessions and their locks, kernels, the gate, expiry) and implements mcp's interfaces over the executor"},
-	{Name: "front ends", Packages: []string{"rest", "batch"},
-		Why: "the other ways in (Piston and Judge0 over HTTP, batch evaluation): thin adapters over the executor; siblings, so what they share lives below both"},
+	{Name: "front ends", Packages: []string{"rest", "batch", "e2b"},
+		Why: "the other ways in (Piston and Judge0 over HTTP, batch evaluation, E2B's APIs over live sandboxes): thin adapters over the executor or api.Sandboxes; siblings, so what they share lives below both"},
 	{Name: "assemblers", Packages: []string{"cmd/internal/*"},
 		Why:   "configuration and what is built from it for the binaries (config, bench, doctor, metrics): above everything they assemble, reachable only from cmd",
 		Peers: "bench and doctor build on config, the one definition of every setting"},
@@ -87,6 +87,12 @@ var denied = []struct{ From, To, Why string }{
 	{"batch", "oci/...", "a front end speaks to the executor, never to a runtime"},
 	{"batch", "wasm", "a front end speaks to the executor, never to a runtime"},
 	{"batch", "runtimes", "a front end is given its executor"},
+	{"e2b", "oci", "the E2B drop-in speaks to live sandboxes through api.Sandboxes, never to a runtime"},
+	{"e2b", "oci/...", "the E2B drop-in speaks to live sandboxes through api.Sandboxes, never to a runtime"},
+	{"e2b", "wasm", "the E2B drop-in speaks to live sandboxes through api.Sandboxes, never to a runtime"},
+	{"e2b", "runtimes", "the E2B drop-in is given its api.Sandboxes"},
+	{"e2b", "executor", "the E2B drop-in is given its api.Sandboxes and Kernels; it runs nothing itself"},
+	{"e2b", "service", "the binary hands the service to e2b as api.Sandboxes: e2b names no implementation"},
 }
 
 // libcontainerImporters may import runc's libcontainer: the backend that

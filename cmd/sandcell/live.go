@@ -12,14 +12,14 @@ import (
 	"github.com/sandcell/sandcell/rest"
 )
 
-// liveSandboxesOf is the service's live sandboxes (issue #39). The
-// service's implementation is built beside this front end (wt-livesvc:
-// service.Service.Live(), a *service.Live); until the merge makes this
-// `return svc.Service.Live()` it is nil, and no route or tool of live
-// sandboxes exists. (service.Service itself cannot be one: mcp.Sandbox's
-// ReadFile and WriteFile have other signatures.)
+// liveSandboxesOf is the service's live sandboxes (issue #39),
+// service.Service.Live(); nil when it has none. (service.Service itself
+// cannot be one: mcp.Sandbox's ReadFile and WriteFile have other
+// signatures.)
 func liveSandboxesOf(svc *served) api.Sandboxes {
-	_ = svc
+	if l := svc.Service.Live(); l != nil {
+		return l
+	}
 	return nil
 }
 

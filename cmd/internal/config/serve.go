@@ -43,6 +43,16 @@ type Serve struct {
 	// SandboxDomain is the domain of the port proxy's host names
 	// ("<port>-<id>.<domain>"; "" : localhost).
 	SandboxDomain string
+	// E2B serves E2B's APIs (control plane, envd, code interpreter) on
+	// HTTP at the root beside the others (issue #43), behind the operator
+	// keys of E2BKeyFile; E2BDomain, if set, is the domain the SDK's
+	// getHost names (PORT-ID.E2BDomain, a wildcard DNS record's).
+	// E2BNode names this instance in the sandbox ids it gives out, for a
+	// proxy in front of several (docs/e2b.md "Several instances").
+	E2B        bool
+	E2BKeyFile string
+	E2BDomain  string
+	E2BNode    string
 }
 
 // AddFlags registers serve's flags on fs.
@@ -56,6 +66,10 @@ func (s *Serve) AddFlags(fs *flag.FlagSet) {
 	fs.Var(&listValue{p: &s.Judge0CallbackAllow, check: callbackTarget}, "judge0-callback-allow", "HOST:PORT a Judge0 submission's callback_url may reach (repeatable; none: callbacks refused; names only, --egress-host maps one to a private address)")
 	fs.StringVar(&s.Tools, "tools", s.Tools, "MCP tool profile: default, or live (adds the tools sandbox and process: live sandboxes with background processes and ports)")
 	fs.StringVar(&s.SandboxDomain, "sandbox-domain", s.SandboxDomain, "domain of a live sandbox's port by host name on --http: PORT-ID.DOMAIN (default localhost: http://8000-ID.localhost:PORT/ works on this machine)")
+	fs.BoolVar(&s.E2B, "e2b", s.E2B, "serve E2B's APIs on --http (the e2b and @e2b/code-interpreter SDKs with E2B_API_URL and E2B_SANDBOX_URL set to it), keys from --e2b-key-file")
+	fs.StringVar(&s.E2BKeyFile, "e2b-key-file", s.E2BKeyFile, "E2B API keys, one a line (e2b_ and 40 hex digits; mode 600), for --e2b")
+	fs.StringVar(&s.E2BDomain, "e2b-domain", s.E2BDomain, "with --e2b: the domain sandboxes' ports are named under (getHost gives PORT-ID.DOMAIN; needs wildcard DNS to this server)")
+	fs.StringVar(&s.E2BNode, "e2b-node", s.E2BNode, "with --e2b: this instance's name, the prefix of every sandbox id it gives out, so that a proxy in front of several routes by it (lower-case letters and digits; one length for all)")
 	fs.Var(&listValue{p: &s.Prebuild, split: true}, "prebuild", "LANG,...: build these languages' layers before accepting calls (repeatable)")
 }
 
@@ -73,6 +87,9 @@ func (s *Serve) Validate() error {
 	}
 	if d := strings.Trim(s.SandboxDomain, "."); s.SandboxDomain != "" && (d == "" || strings.ContainsAny(d, ":/ ")) {
 		return fmt.Errorf("--sandbox-domain %q: give a domain name (localhost, sandboxes.example.com)", s.SandboxDomain)
+	}
+	if s.E2B && (s.E2BKeyFile == "" || s.HTTP == "") {
+		return fmt.Errorf("--e2b needs --http (where it is served) and --e2b-key-file (the keys that may create sandboxes)")
 	}
 	return nil
 }

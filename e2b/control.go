@@ -1,0 +1,397 @@
+package e2b
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandcell/sandcell/api"
+)
+
+// The control plane: infra's spec/openapi.yml, the paths the SDKs call
+// (npm e2b 2.51.0: POST /v2/sandboxes, GET /v2/sandboxes, GET and DELETE
+// /sandboxes/{id}, POST .../timeout, .../pause, /v2/sandboxes/{id}/connect;
+// the Python SDK and older JS: POST /sandboxes, .../resume, .../connect).
+
+// defaultTimeout is E2B's default sandbox lifetime (openapi NewSandbox
+// timeout: 15 s) when a create names none.
+const defaultTimeout = 15 * time.Second
+
+// clientID is what E2B calls the node holding a sandbox (Options.Node
+// when set).
+const clientID = "sandcell"
+
+func (h *Handler) controlRoutes(m *http.ServeMux) {
+	for _, p := range []string{"/sandboxes", "/v2/sandboxes"} {
+		m.HandleFunc("POST "+p, h.create)
+		m.HandleFunc("GET "+p, h.list)
+		m.HandleFunc("POST "+p+"/{id}/connect", h.connect)
+	}
+	m.HandleFunc("GET /sandboxes/{id}", h.get)
+	m.HandleFunc("DELETE /sandboxes/{id}", h.kill)
+	m.HandleFunc("POST /sandboxes/{id}/timeout", h.setTimeout)
+	m.HandleFunc("POST /sandboxes/{id}/refreshes", h.refresh)
+	m.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
+	m.HandleFunc("POST /sandboxes/{id}/resume", h.resume)
+	m.HandleFunc("/", h.unsupported)
+	// Not a sandbox named "metrics": the metrics of all (not offered).
+	m.HandleFunc("GET /sandboxes/metrics", h.unsupported)
+}
+
+// unsupported answers what the drop-in does not offer, in E2B's shape.
+func (h *Handler) unsupported(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not supported by sandcell's E2B drop-in (templates are built with `sandcell image import` and `sandcell rootfs build`; snapshots, volumes, fork, metrics and logs are not offered)", r.Method, r.URL.Path))
+}
+
+// newSandbox is openapi NewSandbox: what the SDKs send.
+type newSandbox struct {
+	TemplateID string            `json:"templateID"`
+	Timeout    *int64            `json:"timeout"` // seconds
+	AutoPause  *bool             `json:"autoPause"`
+	Secure     *bool             `json:"secure"`
+	Metadata   map[string]string `json:"metadata"`
+	EnvVars    map[string]string `json:"envVars"`
+	// Refused: nothing here serves them.
+	MCP          json.RawMessage `json:"mcp"`
+	VolumeMounts json.RawMessage `json:"volumeMounts"`
+	AutoResume   json.RawMessage `json:"autoResume"`
+}
+
+// sandboxJSON is openapi Sandbox (create, resume, connect) and, with the
+// listed fields, SandboxDetail and ListedSandbox.
+type sandboxJSON struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken string  `json:"trafficAccessToken,omitempty"`
+	Domain             *string `json:"domain"`
+
+	Alias      string            `json:"alias,omitempty"`
+	StartedAt  *time.Time        `json:"startedAt,omitempty"`
+	EndAt      *time.Time        `json:"endAt,omitempty"`
+	CPUCount   *int              `json:"cpuCount,omitempty"`
+	MemoryMB   *int64            `json:"memoryMB,omitempty"`
+	DiskSizeMB *int64            `json:"diskSizeMB,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	State      string            `json:"state,omitempty"`
+}
+
+// statusOf maps a service error onto E2B's status codes.
+func statusOf(err error) int {
+	var be *api.BusyError
+	switch {
+	case errors.Is(err, api.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, api.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.As(err, &be), errors.Is(err, api.ErrBusy):
+		return http.StatusTooManyRequests
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+func (h *Handler) fail(w http.ResponseWriter, what string, err error) {
+	st := statusOf(err)
+	if st >= 500 {
+		h.log.Error("e2b: "+what, "err", err)
+	}
+	writeError(w, st, fmt.Sprintf("%s: %v", what, err))
+}
+
+// readBody decodes a JSON body of at most 1 MiB into v; an empty body is
+// the zero value.
+func readBody(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20+1))
+	if err != nil {
+		return fmt.Errorf("reading the body: %w", err)
+	}
+	if len(b) > 1<<20 {
+		return errors.New("body larger than 1 MiB")
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("body: %w", err)
+	}
+	return nil
+}
+
+func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	var req newSandbox
+	if err := readBody(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	for name, raw := range map[string]json.RawMessage{"mcp": req.MCP, "volumeMounts": req.VolumeMounts, "autoResume": req.AutoResume} {
+		if len(raw) > 0 && string(raw) != "null" {
+			writeError(w, http.StatusBadRequest, name+" is not supported by sandcell's E2B drop-in")
+			return
+		}
+	}
+	tmpl := req.TemplateID
+	if tmpl == "" {
+		tmpl = "base"
+	}
+	spec, ok := h.opt.Templates[tmpl]
+	if !ok {
+		spec = api.SandboxSpec{Template: tmpl}
+	}
+	spec.Metadata, spec.Env = req.Metadata, req.EnvVars
+	spec.LifetimeMS = defaultTimeout.Milliseconds()
+	if req.Timeout != nil {
+		if *req.Timeout <= 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("timeout %d: want a positive number of seconds", *req.Timeout))
+			return
+		}
+		spec.LifetimeMS = *req.Timeout * 1000
+	}
+	if req.AutoPause != nil && *req.AutoPause {
+		spec.OnExpire = api.OnExpirePause
+	}
+	info, err := h.sb.CreateSandbox(r.Context(), spec)
+	if err != nil {
+		if !ok && (errors.Is(err, api.ErrInvalid) || errors.Is(err, api.ErrNotFound)) {
+			// E2B answers an unknown template with 404 and this message.
+			writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found: %v", tmpl, err))
+			return
+		}
+		h.fail(w, "creating a sandbox from template "+tmpl, err)
+		return
+	}
+	if !sandboxIDShape.MatchString(info.ID) {
+		// E2B's routing needs [a-z0-9]+; the service's ids are ours to fix.
+		h.sb.KillSandbox(context.WithoutCancel(r.Context()), info.ID)
+		h.fail(w, "creating a sandbox", fmt.Errorf("the service named it %q, which E2B's routing cannot carry (want [a-z0-9]+)", info.ID))
+		return
+	}
+	st := h.tokens.issue(info.ID, tmpl)
+	writeJSON(w, http.StatusCreated, h.sandboxBody(info, st, false))
+}
+
+// sandboxBody is the JSON of a sandbox; listed adds what list and get
+// return.
+func (h *Handler) sandboxBody(info api.SandboxInfo, st sbTokens, listed bool) sandboxJSON {
+	tmpl := st.template
+	if tmpl == "" {
+		tmpl = info.Template
+	}
+	s := sandboxJSON{TemplateID: tmpl, SandboxID: h.external(info.ID), ClientID: cmp.Or(h.opt.Node, clientID), EnvdVersion: EnvdVersion,
+		EnvdAccessToken: st.envdText, TrafficAccessToken: st.trafficText}
+	if h.opt.Domain != "" {
+		s.Domain = &h.opt.Domain
+	}
+	if listed {
+		started, end := info.StartedAt, info.EndAt
+		cpus := max(int(info.Limits.CPUs+0.999), 1)
+		mem, disk := info.Limits.MemoryMB, info.DiskMB
+		s.StartedAt, s.EndAt, s.CPUCount, s.MemoryMB, s.DiskSizeMB = &started, &end, &cpus, &mem, &disk
+		s.Metadata, s.State = info.Metadata, info.State
+		if s.Metadata == nil {
+			s.Metadata = map[string]string{}
+		}
+	}
+	return s
+}
+
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
+	all, err := h.sb.Sandboxes(r.Context())
+	if err != nil {
+		h.fail(w, "listing sandboxes", err)
+		return
+	}
+	q := r.URL.Query()
+	// metadata=k1%3Dv1%26k2%3Dv2 (the SDK encodes each key and value, then
+	// the pairs); state=running,paused (repeated or comma-separated).
+	want := map[string]string{}
+	if m := q.Get("metadata"); m != "" {
+		pairs, err := url.ParseQuery(m)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "metadata: "+err.Error())
+			return
+		}
+		for k, v := range pairs {
+			ku, _ := url.QueryUnescape(k)
+			vu, _ := url.QueryUnescape(v[0])
+			want[ku] = vu
+		}
+	}
+	var states []string
+	for _, s := range q["state"] {
+		states = append(states, strings.Split(s, ",")...)
+	}
+	out := []sandboxJSON{}
+	for _, info := range all {
+		if len(states) > 0 && !slices.Contains(states, info.State) {
+			continue
+		}
+		match := true
+		for k, v := range want {
+			if info.Metadata[k] != v {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		st, _ := h.tokens.get(info.ID)
+		s := h.sandboxBody(info, st, true)
+		s.EnvdAccessToken, s.TrafficAccessToken = "", "" // ListedSandbox carries none
+		out = append(out, s)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// lookup gets a sandbox, forgetting the tokens of one that is gone.
+func (h *Handler) lookup(ctx context.Context, id string) (api.SandboxInfo, error) {
+	info, err := h.sb.Sandbox(ctx, id)
+	if errors.Is(err, api.ErrNotFound) {
+		h.tokens.forget(id)
+	}
+	return info, err
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
+	id := h.internal(r.PathValue("id"))
+	info, err := h.lookup(r.Context(), id)
+	if err != nil {
+		h.fail(w, "sandbox "+id, err)
+		return
+	}
+	st, _ := h.tokens.get(id)
+	writeJSON(w, http.StatusOK, h.sandboxBody(info, st, true))
+}
+
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
+	id := h.internal(r.PathValue("id"))
+	if err := h.sb.KillSandbox(r.Context(), id); err != nil {
+		if errors.Is(err, api.ErrNotFound) {
+			h.tokens.forget(id)
+		}
+		h.fail(w, "killing sandbox "+id, err)
+		return
+	}
+	h.tokens.forget(id)
+	h.dropContexts(id)
+	h.dropWatchers(id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// timeoutBody is openapi's body of .../timeout ({timeout}) and of
+// .../refreshes ({duration}), in seconds.
+type timeoutBody struct {
+	Timeout  *int64 `json:"timeout"`
+	Duration *int64 `json:"duration"`
+}
+
+func (h *Handler) setLifetime(w http.ResponseWriter, r *http.Request, secs *int64, field string) {
+	id := h.internal(r.PathValue("id"))
+	if secs == nil || *secs < 0 {
+		writeError(w, http.StatusBadRequest, field+": want a number of seconds, 0 or more")
+		return
+	}
+	if _, err := h.sb.SetSandboxLifetime(r.Context(), id, time.Duration(*secs)*time.Second); err != nil {
+		h.fail(w, "setting the timeout of sandbox "+id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var b timeoutBody
+	if err := readBody(r, &b); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	h.setLifetime(w, r, b.Timeout, "timeout")
+}
+
+func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) {
+	var b timeoutBody
+	if err := readBody(r, &b); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if b.Duration == nil {
+		d := int64(defaultTimeout / time.Second)
+		b.Duration = &d
+	}
+	h.setLifetime(w, r, b.Duration, "duration")
+}
+
+func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
+	id := h.internal(r.PathValue("id"))
+	info, err := h.lookup(r.Context(), id)
+	if err == nil && info.State == api.SandboxPaused {
+		writeError(w, http.StatusConflict, "sandbox "+id+" is already paused")
+		return
+	}
+	if err == nil {
+		_, err = h.sb.PauseSandbox(r.Context(), id)
+	}
+	if err != nil {
+		h.fail(w, "pausing sandbox "+id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// resumeBody is openapi ResumedSandbox and ConnectSandbox.
+type resumeBody struct {
+	Timeout   *int64 `json:"timeout"`
+	AutoPause *bool  `json:"autoPause"`
+}
+
+// wake resumes sandbox id if it is paused (resumed: it was), sets its
+// lifetime if asked, and answers with the sandbox.
+func (h *Handler) wake(w http.ResponseWriter, r *http.Request, conflictIfRunning bool) {
+	id := h.internal(r.PathValue("id"))
+	var b resumeBody
+	if err := readBody(r, &b); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	info, err := h.lookup(r.Context(), id)
+	if err != nil {
+		h.fail(w, "sandbox "+id, err)
+		return
+	}
+	resumed := info.State == api.SandboxPaused
+	if !resumed && conflictIfRunning {
+		writeError(w, http.StatusConflict, "sandbox "+id+" is already running")
+		return
+	}
+	if resumed {
+		if info, err = h.sb.ResumeSandbox(r.Context(), id); err != nil {
+			h.fail(w, "resuming sandbox "+id, err)
+			return
+		}
+	}
+	if b.Timeout != nil && *b.Timeout > 0 {
+		if info, err = h.sb.SetSandboxLifetime(r.Context(), id, time.Duration(*b.Timeout)*time.Second); err != nil {
+			h.fail(w, "setting the timeout of sandbox "+id, err)
+			return
+		}
+	}
+	st := h.tokens.issue(id, "")
+	status := http.StatusOK
+	if resumed {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, h.sandboxBody(info, st, false))
+}
+
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request)  { h.wake(w, r, true) }
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request) { h.wake(w, r, false) }
