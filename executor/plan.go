@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/netpolicy"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
@@ -57,6 +58,10 @@ type Plan struct {
 	Deps *Deps
 	// Driver are a kernel's driver files (shapeKernel).
 	Driver map[string][]byte
+	// Network is the run phase's network policy, narrowed to the
+	// server's ceiling (nil: none); its gateway is made for the run
+	// phase and closed with it.
+	Network *netpolicy.Config
 }
 
 // Sandbox is one sandbox of a plan: its backend, root, program and
@@ -137,6 +142,9 @@ func (e *Executor) resolve(req Request, sh shape, adm *admission) (*Plan, error)
 		}
 	}
 	if sh == shapeKernel {
+		if req.Network.Enabled() {
+			return nil, fmt.Errorf("%w: kernels have no network; use execute_code or run_command", ErrNetwork)
+		}
 		p.Run.Limits, p.Notes, err = e.kernelLimits(lang, req.Limits)
 		if err == nil {
 			p.Driver, err = rootfs.KernelDriver(lang)
@@ -144,6 +152,9 @@ func (e *Executor) resolve(req Request, sh shape, adm *admission) (*Plan, error)
 		return p, err
 	}
 	if p.Run.Limits, p.Notes, err = e.PhaseLimits(p.Language.Limits, req.Limits); err != nil {
+		return nil, err
+	}
+	if p.Network, err = e.networkPolicy(req.Network, lang, p.Isolation); err != nil {
 		return nil, err
 	}
 	p.Run.Runtime, err = e.runtime(p.Isolation, req.Fresh, req.Libcontainer)
