@@ -9,7 +9,12 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sandcell/sandcell/internal/egress"
@@ -154,5 +159,108 @@ func TestNetworkPolicyGVisor(t *testing.T) {
 	r.Network = gw
 	if _, err := oci.Run(context.Background(), e.runtime, r); !errors.Is(err, oci.ErrInvalidRequest) || !strings.Contains(err.Error(), "gVisor") {
 		t.Errorf("gVisor run with a network policy: %v, want a refusal naming gVisor", err)
+	}
+}
+
+// TestNetworkPolicyHostileProbes: the hostile corpus's network probes
+// (testdata/hostile) under a policy that names one test host. The run has
+// a route now, so the answers differ from network mode none, but nothing
+// leaves: every TCP connect to an address (TEST-NET-1, public resolvers,
+// the metadata service) is reset by the gateway at once, each UDP datagram
+// the kernel accepts is dropped by it (its log says so), IPv6 has no
+// route, the host's loopback stays out of reach, the exfiltration lookup
+// fails fast with no upstream query, and no connection was admitted.
+// net_interfaces is left out: a tun and a default route are what a policy
+// gives.
+func TestNetworkPolicyHostileProbes(t *testing.T) {
+	host := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the test host was reached: %s %s", r.Method, r.URL)
+	}))
+	defer host.Close()
+	l4, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l4.Close()
+	l6, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l6.Close()
+	abstract := "sandcell-netpolicy-" + strconv.Itoa(os.Getpid())
+	la, err := net.Listen("unix", "@"+abstract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	for _, l := range []net.Listener{l4, l6, la} {
+		go func() {
+			if c, err := l.Accept(); err == nil {
+				t.Errorf("a host listener %s accepted a connection", l.Addr())
+				c.Close()
+			}
+		}()
+	}
+	e := newTestEnv(t)
+	var lookups atomic.Int32
+	for _, probe := range []struct {
+		file string
+		want []string
+	}{
+		{"net_dns.py", []string{"DNS_FAILED True", "fast"}},
+		{"net_external.py", []string{"tcp 192.0.2.1:80 ECONNREFUSED\n", "tcp 1.1.1.1:53 ECONNREFUSED\n", "tcp 1.1.1.1:443 ECONNREFUSED\n",
+			"tcp 169.254.169.254:80 ECONNREFUSED\n", "tcp 8.8.8.8:53 ECONNREFUSED\n", "tcp 2001:db8::1:80 ENETUNREACH\n", "udp 2001:db8::1:53 ENETUNREACH\n"}},
+		{"net_host_loopback.py", []string{"connect host 127.0.0.1 ECONNREFUSED", "connect host ::1 ECONNREFUSED", "connect host abstract ECONNREFUSED", "own loopback ping"}},
+	} {
+		t.Run(probe.file, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join("../../testdata/hostile", probe.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gw, err := netpolicy.New(netpolicy.Config{Egress: egress.Config{Allow: []string{"one.test:" + urlPort(t, host.URL)},
+				Hosts: map[string][]netip.Addr{"one.test": {netip.MustParseAddr("127.0.0.1")}},
+				Resolve: func(context.Context, string) ([]netip.Addr, error) {
+					lookups.Add(1)
+					return nil, errors.New("no upstream DNS in this test")
+				}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gw.Close()
+			res := e.run(t, "python", string(src), limits.Set{}, func(r *oci.Request) {
+				r.Network = gw
+				r.Env = append(r.Env, "HOST_PORT="+urlPort(t, "http://"+l4.Addr().String()), "HOST_PORT6="+urlPort(t, "http://"+l6.Addr().String()),
+					"HOST_ABSTRACT="+abstract)
+			})
+			for _, want := range probe.want {
+				if !strings.Contains(res.Stdout, want) {
+					t.Errorf("stdout lacks %q:\n%s\nstderr: %s", want, res.Stdout, res.Stderr)
+				}
+			}
+			if strings.Contains(res.Stdout, "SLOW") {
+				t.Errorf("a probe waited for an answer:\n%s", res.Stdout)
+			}
+			log := gw.Log()
+			// A UDP datagram the kernel sent ("ok ESCAPED" to the probe)
+			// must be one the gateway dropped.
+			for _, line := range strings.Split(res.Stdout, "\n") {
+				f := strings.Fields(line)
+				if len(f) >= 3 && f[0] == "udp" && f[2] == "ok" {
+					if !slices.ContainsFunc(log.Refusals(), func(e netpolicy.Entry) bool {
+						return strings.Contains(e.Refused, "raw UDP to "+f[1]+" dropped")
+					}) {
+						t.Errorf("%q left without the gateway's refusal: %+v", line, log)
+					}
+				} else if strings.Contains(line, "ESCAPED") {
+					t.Errorf("escaped: %q", line)
+				}
+			}
+			if log.Conns != 0 {
+				t.Errorf("the gateway admitted %d connections: %+v", log.Conns, log)
+			}
+		})
+	}
+	if n := lookups.Load(); n != 0 {
+		t.Errorf("the gateway asked an upstream resolver %d times", n)
 	}
 }
