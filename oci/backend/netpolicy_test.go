@@ -3,6 +3,7 @@ package backend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -21,14 +22,15 @@ import (
 	"github.com/sandcell/sandcell/internal/netpolicy"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 )
 
 // netProbe is the program of TestNetworkPolicy: it ignores proxy
 // variables (raw sockets and urllib with no proxy) and prints one line per
-// probe, "name ok ..." or "name refused ...".
+// probe, "name ok ..." or "name refused ...". probeSource sets web and tls,
+// the test servers' ports.
 const netProbe = `
 import socket, ssl, sys, urllib.request, struct
-web, tls = sys.argv[1], sys.argv[2]
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 def probe(name, f):
     try:
@@ -64,7 +66,7 @@ probe("budget", lambda: opener.open("http://web.test:%s/" % web, timeout=10).rea
 `
 
 // TestNetworkPolicy: a run with a network policy (issue #40), on both
-// paths of a runc run, reaches the allowlisted names over HTTP and HTTPS
+// paths of a runc run and through a warm pool (which runs it fresh), reaches the allowlisted names over HTTP and HTTPS
 // (SNI; the gateway does not terminate TLS) with no proxy variable, and
 // is refused, with the reason in the gateway's log: an IP literal (the
 // host's loopback is the run's own, where nothing listens), an
@@ -77,58 +79,86 @@ func TestNetworkPolicy(t *testing.T) {
 	tls := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "tls-"+r.Host) }))
 	defer tls.Close()
 	wport, tport := urlPort(t, web.URL), urlPort(t, tls.URL)
-	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
-	for _, mk := range []func(testing.TB) *testEnv{newTestEnv, newForkEnv} {
+	var pool *backend.Pool
+	pooled := func(tb testing.TB) *testEnv {
+		e, p := newPoolEnv(tb.(*testing.T), backend.PoolConfig{Size: 1})
+		e.backend, e.runtime, pool = "pool", p, p
+		return e
+	}
+	for _, mk := range []func(testing.TB) *testEnv{newTestEnv, newForkEnv, pooled} {
 		e := mk(t)
 		t.Run(e.backend, func(t *testing.T) {
-			gw, err := netpolicy.New(netpolicy.Config{
-				Egress: egress.Config{Allow: []string{"web.test:" + wport, "tls.test:" + tport, "private.test:80"},
-					Hosts: map[string][]netip.Addr{"web.test": lo, "tls.test": lo},
-					Resolve: func(context.Context, string) ([]netip.Addr, error) {
-						return []netip.Addr{netip.MustParseAddr("10.1.2.3")}, nil
-					}},
-				Budget: netpolicy.Budget{Conns: 2},
-			})
-			if err != nil {
-				t.Fatal(err)
+			if e.backend != "pool" {
+				netPolicyRun(t, e, wport, tport)
+				return
 			}
-			defer gw.Close()
-			res := e.run(t, "python", netProbe, limits.Set{}, func(r *oci.Request) {
-				r.Args = append(r.Args, wport, tport)
-				r.Network = gw
-			})
-			out := res.Stdout
-			for _, want := range []string{
-				"http ok plain-web.test:" + wport, "https ok tls-tls.test:" + tport,
-				"literal refused", "loopback refused", "unlisted refused", "private refused", "udp refused", "txt refused", "budget refused",
-			} {
-				if !strings.Contains(out, want+"") {
-					t.Errorf("stdout lacks %q:\n%s\nstderr: %s", want, out, res.Stderr)
-				}
+			// The pool has a container ready for the request's shape:
+			// it must not serve the run with a policy (its network is
+			// made for the run when it is prepared).
+			plain := func() *oci.Request {
+				return newRequest(t, "python", probeSource(wport, tport), limits.Set{})
 			}
-			log := gw.Log()
-			if log.Conns != 2 || log.BytesIn == 0 {
-				t.Errorf("log counted %d connections, %d bytes in; want 2 and some", log.Conns, log.BytesIn)
-			}
-			var reasons []string
-			for _, r := range log.Refusals() {
-				reasons = append(reasons, r.Refused)
-			}
-			all := strings.Join(reasons, "\n")
-			for _, want := range []string{
-				"93.184.216.34 is an IP address the sandbox's DNS never handed out",
-				"evil.test is not on the allowlist",
-				"10.1.2.3",
-				"raw UDP to 9.9.9.9:53 dropped",
-				"TXT secret.evil.test",
-				"budget",
-			} {
-				if !strings.Contains(all, want) {
-					t.Errorf("refusals lack %q:\n%s", want, all)
-				}
+			warm(t, pool, plain)
+			hits := pool.Stats().Hits
+			netPolicyRun(t, e, wport, tport)
+			if pool.Stats().Hits != hits {
+				t.Errorf("a pooled container served the run with a policy")
 			}
 		})
 	}
+}
+
+// netPolicyRun is one run of TestNetworkPolicy's probe on e.
+func netPolicyRun(t *testing.T, e *testEnv, wport, tport string) {
+	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	gw, err := netpolicy.New(netpolicy.Config{
+		Egress: egress.Config{Allow: []string{"web.test:" + wport, "tls.test:" + tport, "private.test:80"},
+			Hosts: map[string][]netip.Addr{"web.test": lo, "tls.test": lo},
+			Resolve: func(context.Context, string) ([]netip.Addr, error) {
+				return []netip.Addr{netip.MustParseAddr("10.1.2.3")}, nil
+			}},
+		Budget: netpolicy.Budget{Conns: 2},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	res := e.run(t, "python", probeSource(wport, tport), limits.Set{}, func(r *oci.Request) { r.Network = gw })
+	out := res.Stdout
+	for _, want := range []string{
+		"http ok plain-web.test:" + wport, "https ok tls-tls.test:" + tport,
+		"literal refused", "loopback refused", "unlisted refused", "private refused", "udp refused", "txt refused", "budget refused",
+	} {
+		if !strings.Contains(out, want+"") {
+			t.Errorf("stdout lacks %q:\n%s\nstderr: %s", want, out, res.Stderr)
+		}
+	}
+	log := gw.Log()
+	if log.Conns != 2 || log.BytesIn == 0 {
+		t.Errorf("log counted %d connections, %d bytes in; want 2 and some", log.Conns, log.BytesIn)
+	}
+	var reasons []string
+	for _, r := range log.Refusals() {
+		reasons = append(reasons, r.Refused)
+	}
+	all := strings.Join(reasons, "\n")
+	for _, want := range []string{
+		"93.184.216.34 is an IP address the sandbox's DNS never handed out",
+		"evil.test is not on the allowlist",
+		"10.1.2.3",
+		"raw UDP to 9.9.9.9:53 dropped",
+		"TXT secret.evil.test",
+		"budget",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("refusals lack %q:\n%s", want, all)
+		}
+	}
+}
+
+// probeSource is netProbe for the servers on ports web and tls.
+func probeSource(web, tls string) string {
+	return fmt.Sprintf("web, tls = %q, %q\n", web, tls) + netProbe
 }
 
 // urlPort is the port of a test server's URL.
