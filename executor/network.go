@@ -14,7 +14,8 @@ import (
 
 // ErrNetwork: a request's network policy asks for more than the server's
 // ceiling (--network-allow), names no valid host, or asks it of a backend
-// that cannot confine it.
+// that cannot confine it. (A kernel's request, KernelRequest, has no
+// policy: kernels have no network.)
 var ErrNetwork = api.Invalid("network policy refused")
 
 // NetworkOptions are the operator's ceiling on programs' network (issue

@@ -142,9 +142,6 @@ func (e *Executor) resolve(req Request, sh shape, adm *admission) (*Plan, error)
 		}
 	}
 	if sh == shapeKernel {
-		if req.Network.Enabled() {
-			return nil, fmt.Errorf("%w: kernels have no network; use execute_code or run_command", ErrNetwork)
-		}
 		p.Run.Limits, p.Notes, err = e.kernelLimits(lang, req.Limits)
 		if err == nil {
 			p.Driver, err = rootfs.KernelDriver(lang)
