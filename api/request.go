@@ -58,6 +58,9 @@ type Request struct {
 	// mounted read-only, installed first if no run asked for the same set
 	// before.
 	Dependencies []string
+	// Network is the run phase's network policy (nil: none; see
+	// Network). The compile phase and dependency installs never get it.
+	Network *Network
 	// Output, if set, receives the program's output while it runs. stream
 	// is "stdout" or "stderr", prefixed with "compile " in a compile
 	// phase, or "setup" for what happens before (a layer build of a first

@@ -75,6 +75,9 @@ type Result struct {
 	// of them: a run that creates 100,000 files must not make a result
 	// of 100,000 entries (the MCP tools cap the list; issue #17).
 	FilesSummary *FileSummary `json:"files_summary,omitempty" jsonschema:"set when files lists only the first changes: the counts of all of them"`
+	// Network is what the run phase did through its network policy (nil:
+	// network mode none).
+	Network *NetworkLog `json:"network,omitempty" jsonschema:"connections the program made and those refused, with the reason, for a run with a network policy"`
 	// Notes are the limit adjustments the executor made (a request above
 	// a ceiling clamped to it). Not part of the JSON result: batch prints
 	// them beside it, the CLI and the server log them.

@@ -63,6 +63,9 @@ type SandboxSpec struct {
 	// mounts (the session's files are the sandbox's /work; run_cell and
 	// the file tools see them).
 	Session string `json:"session_id,omitempty"`
+	// Network is the sandbox's network policy, as a run's (nil: none).
+	// Its budgets hold for the sandbox's whole life.
+	Network *Network `json:"network,omitempty"`
 }
 
 // SandboxInfo is a sandbox as it is now.

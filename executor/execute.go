@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/netpolicy"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
 )
@@ -122,8 +123,8 @@ func refusal(err error) string {
 // runPhases runs a plan's compile phase, if it has one, and, if that
 // succeeded, its run phase on the compile phase's /work (handed over by
 // Collect, or by the session's workspace).
-func (e *Executor) runPhases(ctx context.Context, p *Plan, req Request) (api.Result, error) {
-	res := api.Result{Notes: p.Notes}
+func (e *Executor) runPhases(ctx context.Context, p *Plan, req Request) (res api.Result, retErr error) {
+	res = api.Result{Notes: p.Notes}
 	files := p.Files
 	if p.Compile != nil {
 		var collect func([]api.File)
@@ -150,7 +151,22 @@ func (e *Executor) runPhases(ctx context.Context, p *Plan, req Request) (api.Res
 			files = nil // the session's /work holds the compile phase's outputs
 		}
 	}
-	run, err := e.phase(ctx, p, req, p.Run, phaseIO{files: files, stdin: req.Stdin, stream: req.StdinStream})
+	pio := phaseIO{files: files, stdin: req.Stdin, stream: req.StdinStream}
+	if p.Network != nil {
+		gw, err := netpolicy.New(*p.Network)
+		if err != nil {
+			return api.Result{}, fmt.Errorf("%w: %w", ErrNetwork, err)
+		}
+		pio.network = gw
+		defer func() {
+			// After the run, whatever its end: the gateway's connections
+			// end with it; the log is complete once it is closed.
+			gw.Close()
+			log := gw.Log()
+			res.Network = &log
+		}()
+	}
+	run, err := e.phase(ctx, p, req, p.Run, pio)
 	if refused(err) {
 		return api.Result{}, err
 	}
@@ -177,6 +193,7 @@ type phaseIO struct {
 	stream  io.Reader
 	prefix  string // of its Output streams ("compile ")
 	collect func([]api.File)
+	network oci.NetworkGateway // the run phase's, under a network policy
 }
 
 // phase runs one sandbox of a plan.
@@ -187,7 +204,7 @@ func (e *Executor) phase(ctx context.Context, p *Plan, req Request, sb Sandbox, 
 	}
 	return oci.Run(ctx, sb.Runtime, &oci.Request{Root: sb.Root, Args: sb.Args, Env: p.Env, Cwd: p.Cwd, Mounts: p.Mounts, Limits: sb.Limits,
 		Files: pio.files, Stdin: pio.stdin, StdinStream: pio.stream, Collect: pio.collect, OnOutput: onOutput,
-		Workspace: req.Workspace, WorkBytes: req.WorkBytes})
+		Workspace: req.Workspace, WorkBytes: req.WorkBytes, Network: pio.network})
 }
 
 // refused reports whether err from oci.Run refuses the request (an

@@ -37,6 +37,8 @@ type Settings struct {
 	Ceilings limits.Set
 	// Deps configures package installs (deps.go).
 	Deps DepsOptions
+	// Network is the ceiling of programs' network policies (network.go).
+	Network NetworkOptions
 }
 
 // Options configure an Executor: its settings and the objects it works

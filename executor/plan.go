@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/netpolicy"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
@@ -61,6 +62,10 @@ type Plan struct {
 	Deps *Deps
 	// Driver are a kernel's driver files (shapeKernel).
 	Driver map[string][]byte
+	// Network is the run phase's network policy, narrowed to the
+	// server's ceiling (nil: none); its gateway is made for the run
+	// phase and closed with it.
+	Network *netpolicy.Config
 }
 
 // Sandbox is one sandbox of a plan: its backend, root, program and
@@ -152,6 +157,9 @@ func (e *Executor) resolve(req Request, sh shape, adm *admission) (*Plan, error)
 		return p, err
 	}
 	if p.Run.Limits, p.Notes, err = e.PhaseLimits(p.Language.Limits, req.Limits); err != nil {
+		return nil, err
+	}
+	if p.Network, err = e.networkPolicy(req.Network, lang, p.Isolation); err != nil {
 		return nil, err
 	}
 	p.Run.Runtime, err = e.runtime(p.Isolation, req.Fresh, req.Libcontainer)

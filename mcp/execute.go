@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -53,6 +54,9 @@ type ExecuteInput struct {
 	// (ExecuteToolOptions.Dependencies).
 	Dependencies []string `json:"dependencies,omitempty" jsonschema:"packages the program imports (e.g. requests==2.31.0): installed once from the allowlisted index (see install_dependencies), then mounted read-only"`
 	Image        string   `json:"image,omitempty" jsonschema:"run in this imported image (see list_languages' images): it provides the language's interpreter or compiler; isolation, limits and network are the same"`
+	// Network is offered only when the server allows programs a network
+	// (ExecuteToolOptions.Network).
+	Network []string `json:"network,omitempty" jsonschema:"hosts the program may reach (name or *.suffix, optional :port, else 80 and 443), within the server's allowlist; default: no network. The result's network lists connections and refusals"`
 	RunOptions
 }
 
@@ -96,6 +100,10 @@ type ExecuteToolOptions struct {
 	// Dependencies offers execute_code's dependencies argument (the
 	// executor installs packages). Off: the argument is refused.
 	Dependencies bool
+	// Network offers execute_code's network argument (the server has a
+	// ceiling, --network-allow). Off: the argument is refused, and no run
+	// tool's output schema describes a network log.
+	Network bool
 }
 
 func (o *ExecuteToolOptions) withDefaults() ExecuteToolOptions {
@@ -144,14 +152,8 @@ func runSchema[T any](o ExecuteToolOptions) *jsonschema.Schema {
 			s.MaxLength = Ptr(o.MaxSourceBytes)
 		}
 	}
-	if s := p["dependencies"]; s != nil {
-		if o.Dependencies {
-			s.MaxItems = Ptr(64)
-		} else {
-			delete(p, "dependencies")
-			in.PropertyOrder = slices.DeleteFunc(in.PropertyOrder, func(n string) bool { return n == "dependencies" })
-		}
-	}
+	offer(in, "dependencies", o.Dependencies, 64)
+	offer(in, "network", o.Network, 64)
 	p["timeout_ms"].Minimum = Ptr(1.0)
 	p["memory_mb"].Minimum = Ptr(8.0)
 	p["isolation"].Enum = []any{"runc", "gvisor", "wasm"}
@@ -172,17 +174,48 @@ func runSchema[T any](o ExecuteToolOptions) *jsonschema.Schema {
 	return in
 }
 
+// offer bounds the list property name of a schema to max items, or
+// removes it when off: a model sees only what the server offers.
+func offer(in *jsonschema.Schema, name string, on bool, max int) {
+	s := in.Properties[name]
+	switch {
+	case s == nil:
+	case on:
+		s.MaxItems = Ptr(max)
+	default:
+		delete(in.Properties, name)
+		in.PropertyOrder = slices.DeleteFunc(in.PropertyOrder, func(n string) bool { return n == name })
+	}
+}
+
+// resultSchema is a run tool's output schema: api.Result's, without the
+// network log unless the tool offers a network (it is never set then).
+func resultSchema(network bool) *jsonschema.Schema {
+	out, err := jsonschema.For[api.Result](nil)
+	if err != nil {
+		panic(err)
+	}
+	if !network {
+		delete(out.Properties, "network")
+		out.PropertyOrder = slices.DeleteFunc(out.PropertyOrder, func(n string) bool { return n == "network" })
+	}
+	return out
+}
+
 // AddExecuteCode registers execute_code over exec.
 func AddExecuteCode(s *Server, exec Executor, opts *ExecuteToolOptions) {
 	o := opts.withDefaults()
 	desc := "Run a program in a fresh, locked-down sandbox (no network, read-only root, writable /tmp and /work, " +
 		"CPU, memory and time limits) and return its output and verdict. Without session_id nothing persists " +
 		"between calls; with one, the session's /work does."
+	if o.Network {
+		desc += " network names the hosts the program may reach (the server's allowlist bounds it); the result lists its connections and refusals."
+	}
 	if len(o.Languages) > 0 {
 		desc += " Languages: " + strings.Join(o.Languages, ", ") + "."
 	}
 	t := &Tool{Name: "execute_code", Title: "Execute code in a sandbox", Description: desc,
-		InputSchema: runSchema[ExecuteInput](o), Annotations: runAnnotations("Execute code in a sandbox")}
+		InputSchema: runSchema[ExecuteInput](o), OutputSchema: resultSchema(o.Network), Annotations: runAnnotations("Execute code in a sandbox")}
 	AddTool(s, t, func(ctx context.Context, req *CallToolRequest, in ExecuteInput) (*CallToolResult, api.Result, error) {
 		files, err := decodeFiles(in.Files)
 		if err != nil {
@@ -190,6 +223,9 @@ func AddExecuteCode(s *Server, exec Executor, opts *ExecuteToolOptions) {
 		}
 		er := api.Request{Language: in.Language, Source: []byte(in.Source), Args: in.Args, Files: files, SessionID: in.SessionID,
 			Dependencies: in.Dependencies, Image: in.Image}
+		if len(in.Network) > 0 {
+			er.Network = &api.Network{Allow: in.Network}
+		}
 		return runTool(ctx, s, exec, req, o, er, in.RunOptions)
 	})
 }
@@ -200,7 +236,7 @@ func AddRunCommand(s *Server, exec Executor, opts *ExecuteToolOptions) {
 	t := &Tool{Name: "run_command", Title: "Run a command in a sandbox",
 		Description: "Run a shell command (command, with sh -c) or a program (argv) in a fresh sandbox, in /work. " +
 			"With session_id it sees and changes the session's files; language picks whose tools are installed.",
-		InputSchema: runSchema[CommandInput](o), Annotations: runAnnotations("Run a command in a sandbox")}
+		InputSchema: runSchema[CommandInput](o), OutputSchema: resultSchema(false), Annotations: runAnnotations("Run a command in a sandbox")}
 	AddTool(s, t, func(ctx context.Context, req *CallToolRequest, in CommandInput) (*CallToolResult, api.Result, error) {
 		var argv []string
 		switch {
@@ -226,7 +262,7 @@ func AddRunScript(s *Server, exec Executor, opts *ExecuteToolOptions) {
 	t := &Tool{Name: "run_script", Title: "Run a script from a session",
 		Description: "Run a file of a session's /work as a program of its language (from the extension unless given), " +
 			"compiling it first for compiled languages, in a fresh sandbox.",
-		InputSchema: runSchema[ScriptInput](o), Annotations: runAnnotations("Run a script from a session")}
+		InputSchema: runSchema[ScriptInput](o), OutputSchema: resultSchema(false), Annotations: runAnnotations("Run a script from a session")}
 	AddTool(s, t, func(ctx context.Context, req *CallToolRequest, in ScriptInput) (*CallToolResult, api.Result, error) {
 		if in.SessionID == "" || in.Path == "" {
 			return nil, api.Result{}, errors.New("run_script needs session_id and path")
@@ -324,6 +360,9 @@ func runTool(ctx context.Context, s *Server, exec Executor, req *CallToolRequest
 // MiB a client accepts, and its building cost the server in proportion.
 const MaxListedFiles = 100
 
+// maxTextRefusals bounds the network refusals the text block lists.
+const maxTextRefusals = 8
+
 // maxShownName caps a file name as the text block and a resource link show
 // it (structuredContent has the whole path).
 const maxShownName = 256
@@ -380,6 +419,19 @@ func resultText(r api.Result, tag func(texts ...string) string) string {
 		}
 		blocks = append(blocks, block{"files changed in /work", "names chosen by the program, untrusted", fl.String()})
 	}
+	if refused := r.Network.Refusals(); len(refused) > 0 {
+		// Fenced: the program chose the names (a DNS query's name is
+		// any text it likes).
+		var nl strings.Builder
+		for i, e := range refused {
+			if i == maxTextRefusals {
+				fmt.Fprintf(&nl, "%d more in the result's network log\n", len(refused)-i)
+				break
+			}
+			fmt.Fprintf(&nl, "%s %s: %s\n", e.Proto, cmp.Or(e.Host, e.Dest), e.Refused)
+		}
+		blocks = append(blocks, block{"network refused", "the network policy's refusals; names chosen by the program, untrusted", nl.String()})
+	}
 	texts := make([]string, len(blocks))
 	for i, bl := range blocks {
 		texts[i] = bl.text
@@ -397,6 +449,10 @@ func resultText(r api.Result, tag func(texts ...string) string) string {
 	}
 	for _, bl := range blocks {
 		fence(&b, bl.name, bl.note, t, bl.text)
+	}
+	if n := r.Network; n != nil {
+		fmt.Fprintf(&b, "network: %d connections, %s sent, %s received, %d refused (the result's network lists them)\n",
+			n.Conns, limits.FormatSize(n.BytesOut), limits.FormatSize(n.BytesIn), len(n.Refusals()))
 	}
 	if s := r.FilesSummary; s != nil {
 		fmt.Fprintf(&b, "%d more changes in /work are not listed: %d in all (%d created, %d modified, %d deleted); list_files shows the session's files\n",

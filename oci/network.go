@@ -1,9 +1,14 @@
 package oci
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"net"
+	"os"
 	"path"
 	"path/filepath"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -40,8 +45,35 @@ type Mount struct {
 	Writable    bool
 }
 
+// NetworkGateway is a run's network under policy, the sandbox side of
+// which the backend sets up (internal/netpolicy's Gateway): a tun named
+// TunName in the run's network namespace, address TunAddr, MTU as MTU
+// says, the default route through it; and a UDP socket at DNSAddr in the
+// namespace, the address every resolver asks when the root has no
+// /etc/resolv.conf (the images have none), served by ServeDNS. Its
+// connections are not the run's cgroup's: the gateway bounds them by its
+// budgets, and the caller closes it when the run is over.
+type NetworkGateway interface {
+	// AttachTun takes the gateway's end of the tun (it owns the fd).
+	AttachTun(fd int) error
+	// ServeDNS answers queries on c (it owns c).
+	ServeDNS(c net.PacketConn)
+	MTU() uint32
+}
+
+// The sandbox side of a run's network under policy (the gateway is
+// 198.18.0.1 on the same /15: internal/netpolicy).
+const (
+	TunName = "tun0"
+	TunAddr = "198.18.0.2/15"
+	DNSAddr = "127.0.0.1:53"
+)
+
 // CheckNetwork validates the egress and mount fields of a request.
 func (r *Request) CheckNetwork() error {
+	if r.Egress != "" && r.Network != nil {
+		return fmt.Errorf("%w: network mode egress and a network policy at once", ErrInvalidRequest)
+	}
 	if r.Egress != "" && !filepath.IsAbs(r.Egress) {
 		return fmt.Errorf("%w: egress socket %q is not an absolute path", ErrInvalidRequest, r.Egress)
 	}
@@ -62,7 +94,11 @@ func (r *Request) CheckNetwork() error {
 // applyNetwork adds the request's extra mounts and, in egress mode, the
 // proxy variables to a spec (after the standard mounts: each extra mount
 // lands on the run's /tmp tmpfs).
-func applyNetwork(s *specs.Spec, req *Request) {
+func applyNetwork(s *specs.Spec, req *Request, h Host) {
+	if h.NSSwitch != "" && req.Network != nil {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/etc/nsswitch.conf", Type: "bind", Source: h.NSSwitch,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 	for _, m := range req.Mounts {
 		opts := []string{"rbind", "ro", "nosuid", "nodev"}
 		if m.Writable {
@@ -73,4 +109,36 @@ func applyNetwork(s *specs.Spec, req *Request) {
 	if req.Egress != "" {
 		s.Process.Env = append(s.Process.Env, egressEnv...)
 	}
+}
+
+// NSSwitchWithDNS is root's /etc/nsswitch.conf with "hosts: files dns":
+// the images say "hosts: files" (they have no network), so glibc would
+// never ask the gateway's DNS. Nil, with no error, when the root has no
+// such regular file (musl and Go's resolver ask DNS after /etc/hosts
+// without one). root is a layer sandcell built, not the program's.
+func NSSwitchWithDNS(root string) ([]byte, error) {
+	p := filepath.Join(root, "etc", "nsswitch.conf")
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && !fi.Mode().IsRegular() {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRuntime, err)
+	}
+	var out []string
+	hosts := false
+	for _, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "hosts:" {
+			line, hosts = "hosts: files dns", true
+		}
+		out = append(out, line)
+	}
+	if !hosts {
+		out = append(out, "hosts: files dns")
+	}
+	return []byte(strings.Join(out, "\n") + "\n"), nil
 }

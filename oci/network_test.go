@@ -1,6 +1,10 @@
 package oci
 
 import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -63,3 +67,44 @@ func TestNetworkSpec(t *testing.T) {
 		}
 	}
 }
+
+// TestNetworkPolicySpec: a run with a network policy gets the root's
+// nsswitch.conf with DNS in its hosts line, read-only (the images say
+// "hosts: files", so glibc would never ask the gateway); never together
+// with egress.
+func TestNetworkPolicySpec(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "nsswitch.conf"), []byte("passwd: files\nhosts:   files\nnetworks: files\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data, err := NSSwitchWithDNS(root)
+	if err != nil || string(data) != "passwd: files\nhosts: files dns\nnetworks: files\n" {
+		t.Errorf("NSSwitchWithDNS: %q %v", data, err)
+	}
+	if data, err := NSSwitchWithDNS(t.TempDir()); data != nil || err != nil {
+		t.Errorf("a root without nsswitch.conf: %q %v, want nothing", data, err)
+	}
+	req := &Request{Root: root, Args: []string{"/bin/true"}, Limits: limits.Defaults(), Network: noGateway{}}
+	h := Host{WorkDir: "/w", UIDBase: 100000, Seccomp: &specs.LinuxSeccomp{}, NSSwitch: "/run/x/nsswitch.conf"}
+	s, err := Spec(req, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := s.Mounts[len(s.Mounts)-1]
+	if m.Destination != "/etc/nsswitch.conf" || m.Source != h.NSSwitch || !slices.Contains(m.Options, "ro") {
+		t.Errorf("last mount %+v, want nsswitch.conf read-only", m)
+	}
+	req.Egress = "/run/sandcell/egress-1/proxy.sock"
+	if _, err := Spec(req, h); !errors.Is(err, ErrInvalidRequest) {
+		t.Errorf("egress and a network policy: %v, want ErrInvalidRequest", err)
+	}
+}
+
+type noGateway struct{}
+
+func (noGateway) AttachTun(int) error       { return nil }
+func (noGateway) ServeDNS(c net.PacketConn) {}
+func (noGateway) MTU() uint32               { return 1500 }

@@ -66,6 +66,12 @@ type Request struct {
 	// and only it (see network.go). Empty: network mode none. Only the
 	// libcontainer backend offers it.
 	Egress string
+	// Network, if set, gives the run a network under policy (issue #40):
+	// the backend makes a tun in the run's network namespace, its only
+	// route, and attaches the gateway to it (see network.go). The caller
+	// made the gateway and closes it once Run returned. Only the
+	// libcontainer backend offers it; never with Egress.
+	Network NetworkGateway
 	// Mounts are extra bind mounts in /tmp (dependency layers).
 	Mounts []Mount
 }

@@ -80,6 +80,10 @@ type Host struct {
 	// uid and gid, UIDBase: the container maps its root to it, and the
 	// program runs as that root, without capabilities (see RootlessUID).
 	SingleID bool
+	// NSSwitch, if set, is a host file bind-mounted read-only at
+	// /etc/nsswitch.conf: a run with a network policy gets the root's
+	// with DNS in its hosts line (NSSwitchWithDNS).
+	NSSwitch string
 }
 
 // Spec builds the runtime-spec for one run. It is pure: the same request and
@@ -177,7 +181,7 @@ func BuildSpec(req *Request, h Host) (*specs.Spec, error) {
 	// Only the harmless character devices (specconv adds null, zero, full,
 	// random, urandom, tty); everything else is denied by the device cgroup.
 	s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}
-	applyNetwork(s, req)
+	applyNetwork(s, req, h)
 	if h.SingleID && h.CgroupsPath == "" {
 		noCgroups(s, l)
 	}

@@ -13,6 +13,9 @@ type ServerOptions struct {
 	// NoInstall leaves install_dependencies and execute_code's
 	// dependencies out (installs are turned off).
 	NoInstall bool
+	// Network offers execute_code's network argument: the server allows
+	// programs a network under policy (--network-allow).
+	Network bool
 }
 
 // NewServer is the protocol layer with sandcell's tools over s.
@@ -23,7 +26,7 @@ func NewServer(s *Service, opts ServerOptions) *mcp.Server {
 		Version: opts.Version,
 		Instructions: "execute_code runs a program in a fresh, locked-down sandbox and returns stdout, stderr, " +
 			"exit_code and a status (ok, error, timeout, memory_limit, output_limit, cancelled, internal_error). " +
-			"There is no network. Without session_id nothing persists between calls; create_session makes a " +
+			"There is no network" + networkNote(opts.Network) + ". Without session_id nothing persists between calls; create_session makes a " +
 			"persistent /work that execute_code, run_command, run_script and the file tools share. " +
 			"run_cell keeps a live interpreter (python, python-data, javascript) for a session: variables and loaded data " +
 			"stay between calls, figures come back as images. " +
@@ -35,7 +38,7 @@ func NewServer(s *Service, opts ServerOptions) *mcp.Server {
 		langs = append(langs, l.Name)
 		langs = append(langs, l.Aliases...)
 	}
-	so := &mcp.SandboxOptions{ExecuteToolOptions: mcp.ExecuteToolOptions{Languages: langs, MaxSourceBytes: executor.MaxSourceBytes}}
+	so := &mcp.SandboxOptions{ExecuteToolOptions: mcp.ExecuteToolOptions{Languages: langs, MaxSourceBytes: executor.MaxSourceBytes, Network: opts.Network}}
 	if !opts.NoInstall {
 		so.Installer, so.InstallLanguages = s, installLanguages()
 	}
@@ -47,4 +50,13 @@ func NewServer(s *Service, opts ServerOptions) *mcp.Server {
 	}
 	mcp.AddSandboxTools(srv, s, so)
 	return srv
+}
+
+// networkNote qualifies "There is no network" on a server that allows
+// programs some.
+func networkNote(on bool) string {
+	if on {
+		return " unless execute_code's network names hosts the server allows"
+	}
+	return ""
 }

@@ -232,7 +232,7 @@ func (r *Runtime) Prepare(ctx context.Context, req *oci.Request) (oci.Container,
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if req.Egress != "" || len(req.Mounts) > 0 {
+	if req.Egress != "" || req.Network != nil || len(req.Mounts) > 0 {
 		return nil, fmt.Errorf("%w: isolation wasm has no network and mounts no dependency layers", oci.ErrInvalidRequest)
 	}
 	c, err := r.prepare(ctx, req)

@@ -78,7 +78,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 	if err := prebuild(ctx, env, svc.exec.Executor, sc.Prebuild); err != nil {
 		return env.fail(err)
 	}
-	srv := service.NewServer(svc.Service, service.ServerOptions{Version: version.String(), NoInstall: env.cfg.Deps.Off})
+	srv := service.NewServer(svc.Service, service.ServerOptions{Version: version.String(), NoInstall: env.cfg.Deps.Off, Network: len(env.cfg.Network.Allow) > 0})
 	var liveREST rest.Options
 	setLiveBase := liveFrontEnds(liveSandboxesOf(svc), srv, &liveREST, sc)
 

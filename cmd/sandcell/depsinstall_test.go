@@ -150,7 +150,7 @@ type depsHarness struct {
 	index *indexServer
 }
 
-func newDepsHarness(t *testing.T) *depsHarness {
+func newDepsHarness(t *testing.T, edit ...func(*config.Config)) *depsHarness {
 	t.Helper()
 	state := testState(t)
 	h := &depsHarness{index: startIndex(t)}
@@ -165,6 +165,9 @@ func newDepsHarness(t *testing.T) *depsHarness {
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	cfg.Deps.Hosts = map[string][]netip.Addr{"pypi.test": lo, "npm.test": lo}
 	cfg.Deps.MaxBytes = 64 << 20
+	for _, f := range edit {
+		f(&cfg)
+	}
 	a, err := cfg.OpenExecutor(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), nil)
 	if err != nil {
 		t.Fatal(err)

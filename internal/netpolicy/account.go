@@ -4,29 +4,18 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/sandcell/sandcell/api"
 )
 
-// Entry is one connection or refusal in a gateway's log.
-type Entry struct {
-	Time     time.Time `json:"time"`
-	Proto    string    `json:"proto"`          // "tcp", "udp" or "dns"
-	Host     string    `json:"host,omitempty"` // the name, when known
-	Dest     string    `json:"dest"`           // address:port the program used
-	BytesOut int64     `json:"bytes_out"`      // sent by the program
-	BytesIn  int64     `json:"bytes_in"`       // received by it
-	Refused  string    `json:"refused,omitempty"`
-}
-
-// Log is what a run's result carries: the first MaxEntries connections and
-// refusals, how many more there were, and the totals charged to the run.
-type Log struct {
-	Entries  []Entry `json:"entries"`
-	Omitted  int     `json:"omitted,omitempty"`
-	Conns    int     `json:"conns"`
-	BytesOut int64   `json:"bytes_out"`
-	BytesIn  int64   `json:"bytes_in"`
-}
+// Entry is one connection or refusal in a gateway's log, and Log what a
+// run's result carries: the first MaxEntries of them, how many more there
+// were, and the totals charged to the run. They are the wire's types, so a
+// run's result carries the log as it is.
+type (
+	Entry = api.NetworkEntry
+	Log   = api.NetworkLog
+)
 
 // MaxEntries bounds a gateway's log: a program that sprays packets gets
 // counted, not remembered.
@@ -45,7 +34,6 @@ type account struct {
 // add records e (bytes may still be added to it) or, past MaxEntries,
 // counts it as omitted (kept is false).
 func (a *account) add(e Entry) (_ *Entry, kept bool) {
-	e.Time = time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.entries) >= MaxEntries {

@@ -195,3 +195,35 @@ func (g *Gateway) refuse(e Entry, err error) {
 		g.log.Info("network failed", "proto", e.Proto, "host", e.Host, "dest", e.Dest, "reason", e.Refused)
 	}
 }
+
+// ServeDNS answers the queries that reach c, a UDP socket the runtime
+// bound to 127.0.0.1:53 in the sandbox's network namespace: the images
+// carry no /etc/resolv.conf, and without one every resolver (glibc, musl,
+// Go's) asks 127.0.0.1:53, so the sandbox's names are the gateway's there
+// too, with the same policy as at GatewayAddr. The gateway owns c: it is
+// closed when the gateway closes. A reply goes only to the address the
+// query came from, inside the namespace.
+func (g *Gateway) ServeDNS(c net.PacketConn) {
+	dest := c.LocalAddr().String()
+	stop := context.AfterFunc(g.ctx, func() { c.Close() })
+	g.wg.Go(func() {
+		defer stop()
+		defer c.Close()
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if reply := g.answer(buf[:n], dest); reply != nil {
+				if len(reply) > 512 {
+					reply = truncated(buf[:n])
+				}
+				c.WriteTo(reply, from)
+			}
+		}
+	})
+}
+
+// MTU is the tun's MTU, which the runtime gives the sandbox's side too.
+func (g *Gateway) MTU() uint32 { return g.mtu }

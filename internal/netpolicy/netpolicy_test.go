@@ -566,3 +566,39 @@ func TestDNSFlowsBounded(t *testing.T) {
 	}
 	sb.refusal("dns: 64 flows open at once")
 }
+
+// TestServeDNS: the gateway's DNS on a socket the runtime made (what an
+// image without /etc/resolv.conf asks, 127.0.0.1:53 in the sandbox's
+// namespace) answers as at GatewayAddr: an allowlisted name from the pool,
+// a TXT query for an unlisted name refused; closing the gateway ends it.
+func TestServeDNS(t *testing.T) {
+	g, err := New(Config{Egress: egress.Config{Allow: []string{"plain.test:80"}, Hosts: loopback}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.ServeDNS(pc)
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return net.Dial("udp", pc.LocalAddr().String())
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := r.LookupNetIP(ctx, "ip4", "plain.test")
+	if err != nil || len(addrs) != 1 || !NamePool.Contains(addrs[0]) {
+		t.Fatalf("lookup of an allowlisted name: %v %v, want one address of %s", addrs, err, NamePool)
+	}
+	if txt, err := r.LookupTXT(ctx, "secret.evil.test"); err == nil {
+		t.Errorf("TXT of an unlisted name answered: %q", txt)
+	}
+	// Go's resolver asks again after a REFUSED: one entry per query.
+	if l := g.Log(); len(l.Refusals()) == 0 || len(l.Refusals()) != len(l.Entries) || !strings.Contains(l.Refusals()[0].Refused, "TXT secret.evil.test") {
+		t.Errorf("log %+v: want the TXT query's refusals only", l)
+	}
+	g.Close()
+	if _, _, err := pc.ReadFrom(make([]byte, 1)); err == nil {
+		t.Error("the DNS socket is open after the gateway closed")
+	}
+}

@@ -133,7 +133,7 @@ func (r *Libcontainer) StartKernel(ctx context.Context, req *oci.Request, driver
 		return nil, err
 	}
 	kreq := *req
-	kreq.Stdin, kreq.Files, kreq.Collect, kreq.OnOutput, kreq.Egress = nil, slices.Clone(req.Files), nil, nil, ""
+	kreq.Stdin, kreq.Files, kreq.Collect, kreq.OnOutput, kreq.Egress, kreq.Network = nil, slices.Clone(req.Files), nil, nil, "", nil
 	kreq.Mounts = append(slices.Clone(req.Mounts), oci.Mount{Source: dir, Destination: oci.KernelDir})
 	if err := kreq.CheckNetwork(); err != nil {
 		return nil, err

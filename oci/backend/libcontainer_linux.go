@@ -336,7 +336,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *oci.Request, pre *prest
 	if err != nil {
 		return nil, err
 	}
-	if err := c.attach(init, req.Egress, pre); err != nil {
+	if err := c.attach(init, req, pre); err != nil {
 		return nil, err
 	}
 	phase(id, "prepared")
@@ -364,6 +364,19 @@ func (r *Libcontainer) containerConfig(id string, req *oci.Request, work string)
 	host := oci.Host{WorkDir: work, UIDBase: r.cfg.UIDBase, Seccomp: r.cfg.Seccomp, SingleID: r.cfg.SingleID}
 	if r.cfg.Cgroups != nil {
 		host.CgroupsPath = r.cfg.Cgroups.ChildPath(id)
+	}
+	if req.Network != nil {
+		// Next to /work in the run's directory, removed with it.
+		data, err := oci.NSSwitchWithDNS(req.Root)
+		if err != nil {
+			return nil, nil, err
+		}
+		if data != nil {
+			host.NSSwitch = filepath.Join(filepath.Dir(work), "nsswitch.conf")
+			if err := os.WriteFile(host.NSSwitch, data, 0o644); err != nil {
+				return nil, nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+			}
+		}
 	}
 	spec, err := oci.BuildSpec(req, host)
 	if err != nil {
@@ -422,17 +435,22 @@ func initProcess(spec *specs.Spec, run *run, pre *prestart, as prepareAs, uid, g
 }
 
 // attach makes init the container's, reaped when it ends; starts the
-// egress bridge in its network namespace if the request has a proxy; and
-// for a pooled container (pre) lets init exec at once.
-func (c *lcContainer) attach(init initProc, egress string, pre *prestart) error {
+// egress bridge in its network namespace if the request has a proxy, or
+// wires its network policy's tun; and for a pooled container (pre) lets
+// init exec at once.
+func (c *lcContainer) attach(init initProc, req *oci.Request, pre *prestart) error {
 	c.init = init
 	go c.reap()
-	if egress != "" {
+	if req.Egress != "" || req.Network != nil {
 		pid, err := init.pid()
 		if err != nil {
 			return fmt.Errorf("%w: %w", oci.ErrRuntime, err)
 		}
-		if c.egress, err = startEgress(pid, egress, c.rt.log.With("container_id", c.id)); err != nil {
+		if req.Network != nil {
+			if err := startNetwork(pid, req.Network); err != nil {
+				return err
+			}
+		} else if c.egress, err = startEgress(pid, req.Egress, c.rt.log.With("container_id", c.id)); err != nil {
 			return err
 		}
 	}

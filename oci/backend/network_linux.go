@@ -8,9 +8,11 @@ import (
 	"os"
 	"runtime"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandcell/sandcell/internal/netcopy"
+	"github.com/sandcell/sandcell/internal/netpolicy"
 	"github.com/sandcell/sandcell/oci"
 )
 
@@ -88,4 +90,89 @@ func (b *egressBridge) forward(c net.Conn) {
 func (b *egressBridge) Close() {
 	b.conns.Close()
 	<-b.done
+}
+
+// startNetwork gives the run of init pid its network under policy
+// (oci.NetworkGateway): from a thread that entered the run's network
+// namespace (and dies with its goroutine, never unlocked), a tun
+// oci.TunName with oci.TunAddr at the gateway's MTU, up, the default
+// route through it, and a UDP socket at oci.DNSAddr; both are handed to
+// the gateway, which owns them from then on and closes them when the
+// caller closes it (after the run). The namespace then has loopback and
+// the tun, nothing of the host's network: a program that ignores proxy
+// variables reaches only what the gateway admits. Both paths of a run
+// (the fork server's child and libcontainer's init) come here once init
+// exists, before the program starts.
+func startNetwork(pid int, gw oci.NetworkGateway) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		ch <- enterAndWire(pid, gw)
+	}()
+	if err := <-ch; err != nil {
+		return fmt.Errorf("%w: network policy: %w", oci.ErrRuntime, err)
+	}
+	return nil
+}
+
+// enterAndWire is startNetwork's work on its locked thread.
+func enterAndWire(pid int, gw oci.NetworkGateway) error {
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return err
+	}
+	err = unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET)
+	ns.Close()
+	if err != nil {
+		return fmt.Errorf("enter the run's network namespace: %w", err)
+	}
+	fd, err := netpolicy.OpenTun(oci.TunName)
+	if err != nil {
+		return err
+	}
+	if err := wireTun(gw.MTU()); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	if err := gw.AttachTun(fd); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	pc, err := net.ListenPacket("udp4", oci.DNSAddr)
+	if err != nil {
+		return fmt.Errorf("dns socket %s: %w", oci.DNSAddr, err)
+	}
+	gw.ServeDNS(pc)
+	return nil
+}
+
+// wireTun sets the tun's address, MTU, link up and the default route, over
+// a netlink socket of the calling thread's namespace.
+func wireTun(mtu uint32) error {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName(oci.TunName)
+	if err != nil {
+		return fmt.Errorf("tun %s: %w", oci.TunName, err)
+	}
+	addr, err := netlink.ParseAddr(oci.TunAddr)
+	if err != nil {
+		return err
+	}
+	if err := h.AddrAdd(link, addr); err != nil {
+		return fmt.Errorf("tun address %s: %w", oci.TunAddr, err)
+	}
+	if err := h.LinkSetMTU(link, int(mtu)); err != nil {
+		return fmt.Errorf("tun mtu %d: %w", mtu, err)
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return fmt.Errorf("tun up: %w", err)
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Scope: netlink.SCOPE_LINK, Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}}); err != nil {
+		return fmt.Errorf("default route via %s: %w", oci.TunName, err)
+	}
+	return nil
 }

@@ -454,11 +454,11 @@ func (p *Pool) step() bool {
 }
 
 // pooledAlone says whether req must run fresh whatever the backend:
-// network mode egress and dependency mounts are set up at prepare time,
+// network mode egress, a network policy and dependency mounts are set up at prepare time,
 // for one request, and so is a stream for stdin (rare: an interactive
 // client).
 func pooledAlone(req *oci.Request) bool {
-	return req.Egress != "" || len(req.Mounts) > 0 || req.StdinStream != nil
+	return req.Egress != "" || req.Network != nil || len(req.Mounts) > 0 || req.StdinStream != nil
 }
 
 // template fills e.tmpl and returns e's key: everything of req fixed when

@@ -210,6 +210,12 @@ func (g *Runsc) prepare(ctx context.Context, req *oci.Request, ahead bool) (_ *g
 	if req.Egress != "" {
 		return nil, fmt.Errorf("%w: network mode egress is not offered under gVisor (isolation runc only)", oci.ErrInvalidRequest)
 	}
+	if req.Network != nil {
+		// runsc has its own netstack; a tun of the host in its namespace
+		// would be reached only through --network=host, which hands the
+		// sandbox the host's stack. Not done: refused rather than weaker.
+		return nil, fmt.Errorf("%w: a network policy is not offered under gVisor (isolation runc only)", oci.ErrInvalidRequest)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -173,6 +173,7 @@ func (c *Config) addDepsFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Deps.Timeout, "deps-timeout", c.Deps.Timeout, "wall-clock limit of one install (default 5m)")
 	fs.Var(depsIndex(&c.Deps.Index), "deps-index", "LANG=URL: the package index or registry of a language's installs (repeatable; default: the catalogue's, e.g. https://pypi.org/simple)")
 	fs.Var(egressAllow(&c.Deps.Allow), "egress-allow", "LANG=HOST:PORT: a host an install of LANG may reach through the egress proxy (repeatable; replaces the catalogue's list for LANG; the index's own host is always allowed)")
+	fs.Var(networkAllow(&c.Network.Allow), "network-allow", "LANG=HOST[:PORT]: a host programs of LANG (a language, or * for all) may be allowed by a request's network policy: a name or *.suffix, no port meaning any (repeatable; none: programs never get a network; a request can only narrow it; --egress-host maps names)")
 	fs.Var(egressHosts(&c.Deps.Hosts), "egress-host", "NAME=IP: resolve NAME to IP for the egress proxy instead of DNS (repeatable; the only way to allow a loopback or private address, e.g. a local mirror)")
 }
 
@@ -248,6 +249,19 @@ func (c *Config) validateDeps() error {
 	}
 	if _, err := egress.New(egress.Config{Hosts: c.Deps.Hosts}); err != nil {
 		return fmt.Errorf("--egress-host: %w", err)
+	}
+	for lang, hosts := range c.Network.Allow {
+		if lang == "*" {
+			continue
+		}
+		l, err := rootfs.Lookup(lang)
+		if err != nil {
+			return fmt.Errorf("--network-allow: %w", err)
+		}
+		if l.Name != lang { // an alias: the executor looks the canonical name up
+			c.Network.Allow[l.Name] = append(c.Network.Allow[l.Name], hosts...)
+			delete(c.Network.Allow, lang)
+		}
 	}
 	return nil
 }

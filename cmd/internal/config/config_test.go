@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,16 +45,7 @@ func TestRunscPath(t *testing.T) {
 // TestDepsFlags parses the install settings and checks the allowlist an
 // install gets: the operator's (or the catalogue's) plus the index.
 func TestDepsFlags(t *testing.T) {
-	parse := func(args ...string) (Config, error) {
-		c := Default()
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c.AddFlags(fs)
-		if err := fs.Parse(args); err != nil {
-			return c, err
-		}
-		return c, c.validateDeps()
-	}
+	parse := parseDepsFlags
 	c, err := parse("--deps-index", "py=http://Mirror.test:8080/simple", "--egress-host", "mirror.test=10.0.0.5", "--egress-allow", "javascript=registry.test:443", "--deps-max-size", "100MiB")
 	if err != nil {
 		t.Fatal(err)
@@ -143,4 +135,42 @@ func TestServeToolsAndDomain(t *testing.T) {
 			t.Errorf("%+v: %v", s, err)
 		}
 	}
+}
+
+// TestNetworkFlags: --network-allow is the ceiling of programs' network
+// policies, per language (an alias given is its canonical name) or "*";
+// an IP literal, a port "*" or an unknown language are refused.
+func TestNetworkFlags(t *testing.T) {
+	parse := parseDepsFlags
+	c, err := parse("--network-allow", "py=git.test", "--network-allow", "*=*.github.com:443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.Executor(nil, nil, nil).Network
+	if !slices.Equal(o.Allow["python"], []string{"git.test"}) || !slices.Equal(o.Allow["*"], []string{"*.github.com:443"}) || len(o.Allow) != 2 {
+		t.Errorf("executor network options %+v", o)
+	}
+	for _, bad := range [][]string{
+		{"--network-allow", "python=127.0.0.1"},
+		{"--network-allow", "python=git.test:*"},
+		{"--network-allow", "nosuchlang=git.test"},
+		{"--network-allow", "git.test"},
+	} {
+		if _, err := parse(bad...); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// parseDepsFlags parses args as the global flags and checks the install
+// and network settings.
+func parseDepsFlags(args ...string) (Config, error) {
+	c := Default()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	return c, c.validateDeps()
 }

@@ -46,6 +46,7 @@ var samples = map[string]struct {
 	"deps-index":              {[]string{"python=http://m.test/simple"}, `{python = "http://m.test/simple"}`},
 	"egress-allow":            {[]string{"python=a.test:443", "python=b.test:443"}, `{python = ["a.test:443", "b.test:443"]}`},
 	"egress-host":             {[]string{"m.test=10.0.0.5"}, `{"m.test" = "10.0.0.5"}`},
+	"network-allow":           {[]string{"*=*.github.com:443", "*=git.test"}, `{"*" = ["*.github.com:443", "git.test"]}`},
 	"pool-size":               {[]string{"4"}, `4`},
 	"pool-idle":               {[]string{"5m"}, `"5m"`},
 	"log-level":               {[]string{"debug"}, `"debug"`},

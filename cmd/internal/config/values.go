@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/rootfs"
@@ -164,6 +165,17 @@ func egressAllow(p *map[string][]string) *pairValue[[]string] {
 	return &pairValue[[]string]{p: p, what: "LANG=HOST:PORT",
 		parse: func(_, hp string, old []string) ([]string, error) {
 			if _, err := egress.New(egress.Config{Allow: []string{hp}}); err != nil {
+				return nil, err
+			}
+			return append(old, hp), nil
+		},
+		show: slices.Clone[[]string]}
+}
+
+func networkAllow(p *map[string][]string) *pairValue[[]string] {
+	return &pairValue[[]string]{p: p, what: "LANG=HOST[:PORT]",
+		parse: func(_, hp string, old []string) ([]string, error) {
+			if err := executor.CheckNetworkEntry(hp); err != nil {
 				return nil, err
 			}
 			return append(old, hp), nil
