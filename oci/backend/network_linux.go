@@ -35,35 +35,15 @@ type egressBridge struct {
 // startEgress listens on EgressAddr in the network namespace of process
 // pid (the container's init, not yet reaped) and forwards to socket.
 func startEgress(pid int, socket string, log *slog.Logger) (*egressBridge, error) {
-	type result struct {
-		l   net.Listener
-		err error
+	var l net.Listener
+	err := inNetns(pid, func() (err error) {
+		l, err = net.Listen("tcp4", oci.EgressAddr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: egress listener: %w", oci.ErrRuntime, err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		// The thread enters the container's network namespace and is
-		// never unlocked: Go then ends it with this goroutine instead of
-		// running other goroutines in the wrong namespace. The socket it
-		// made stays in that namespace.
-		runtime.LockOSThread()
-		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer ns.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("enter the run's network namespace: %w", err)}
-			return
-		}
-		l, err := net.Listen("tcp4", oci.EgressAddr)
-		ch <- result{l, err}
-	}()
-	res := <-ch
-	if res.err != nil {
-		return nil, fmt.Errorf("%w: egress listener: %w", oci.ErrRuntime, res.err)
-	}
-	b := &egressBridge{l: res.l, socket: socket, log: log, conns: netcopy.NewConns(netcopy.MaxConns), done: make(chan struct{})}
+	b := &egressBridge{l: l, socket: socket, log: log, conns: netcopy.NewConns(netcopy.MaxConns), done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
 		if err := b.conns.Serve(b.l, b.forward); err != nil && !errors.Is(err, net.ErrClosed) {
@@ -88,4 +68,27 @@ func (b *egressBridge) forward(c net.Conn) {
 func (b *egressBridge) Close() {
 	b.conns.Close()
 	<-b.done
+}
+
+// inNetns runs f on a thread inside the network namespace of process pid.
+// The thread is never unlocked: Go ends it with the goroutine instead of
+// running other goroutines in the wrong namespace. A socket f makes stays
+// in that namespace.
+func inNetns(pid int, f func() error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			ch <- err
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- fmt.Errorf("enter the sandbox's network namespace: %w", err)
+			return
+		}
+		ch <- f()
+	}()
+	return <-ch
 }

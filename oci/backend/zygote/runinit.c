@@ -37,6 +37,7 @@
  *     zygote, InitELF) from the code of the "scinit" section of this
  *     binary, entered at sc_init_entry with argv
  *       /proc/self/fd/FIRST SCZ_INIT_ARG FIRST PROGRAM ARGS...
+ *     (no PROGRAM: a live sandbox's init, sc_init_hold)
  *     (FIRST: that memfd, passed after the program's own fds; FIRST+1:
  *     the write end of the status pipe). It is freestanding (no libc, no
  *     data outside its section, no relocation): it runs on whatever root
@@ -219,6 +220,28 @@ SCINIT_EXT void sc_init_run(long prog, int statusfd)
 	}
 }
 
+/* sc_init_hold is a live sandbox's init (oci/backend/live_linux.go): no
+ * program of its own; the sandbox's processes are started into it from
+ * outside (they are not its children), and it reaps every orphan of them
+ * that the kernel reparents to it, silently, until it is killed. It holds
+ * no fd at all, blocks every signal and is not dumpable, as in a run. */
+SCINIT static __attribute__((noreturn)) void sc_init_hold(void)
+{
+	uint64_t all = ~(uint64_t)0;
+	sc_sys(SYS_rt_sigprocmask, SIG_SETMASK, &all, 0, KSIGSET);
+	sc_sys(SYS_close_range, 0, ~0U, 0, 0);
+	sc_sys6(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
+	sc_sys6(SYS_prctl, PR_SET_NAME, (long)sc_text(SC_T_NAME), 0, 0, 0, 0);
+	for (;;) {
+		siginfo_t si;
+		if (sc_sys(SYS_rt_sigtimedwait, &all, &si, 0, KSIGSET) != SIGCHLD)
+			continue;
+		int st;
+		while (sc_sys(SYS_wait4, -1, &st, WNOHANG, 0) > 0)
+			;
+	}
+}
+
 /* sc_init_say writes the parts (each NUL-terminated, or NULL) and a
  * newline to fd 2. */
 SCINIT static void sc_init_say(const char *a, const char *b, const char *c, const char *d)
@@ -242,11 +265,14 @@ SCINIT_EXT __attribute__((noreturn)) void sc_init_main(long *sp)
 	char **argv = (char **)(sp + 1);
 	char **envp = argv + argc + 1;
 	long first = 0;
-	const char *s = argc >= 4 ? argv[2] : 0;
+	const char *s = argc >= 3 ? argv[2] : 0;
 	for (; s && *s >= '0' && *s <= '9' && first < 1 << 20; s++)
 		first = first * 10 + (*s - '0');
 	if (!s || *s || first < 3)
 		sc_sys(SYS_exit_group, 255, 0, 0, 0);
+	/* No program: a live sandbox's init (sc_init_hold). */
+	if (argc == 3)
+		sc_init_hold();
 	uint64_t mask;
 	long prog = sc_init_fork(&mask);
 	if (prog < 0) {
