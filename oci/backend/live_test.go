@@ -3,9 +3,15 @@ package backend_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,5 +135,260 @@ func TestLiveExec(t *testing.T) {
 	ex, _ = runLive(t, s, oci.ProcSpec{Args: []string{"true"}})
 	if ex.ExitCode != 0 {
 		t.Errorf("true: exit = %+v", ex)
+	}
+}
+
+// TestLiveBackground: a process keeps running after Exec returned, while
+// others start and end; a signal ends it, and Wait says which.
+func TestLiveBackground(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	s := e.startLive(t, "", 0)
+	bg, o := execLive(t, s, sh("while :; do echo tick; sleep 0.05; done"))
+	o.await(t, api.StreamStdout, "tick")
+	if ex, _ := runLive(t, s, oci.ProcSpec{Args: []string{"true"}}); ex.ExitCode != 0 {
+		t.Fatalf("true: %+v", ex)
+	}
+	n := strings.Count(o.get(api.StreamStdout), "tick")
+	o.await(t, api.StreamStdout, strings.Repeat("tick\n", n+2))
+	if bg.PID() <= 1 {
+		t.Errorf("pid in the sandbox = %d", bg.PID())
+	}
+	if err := bg.Signal(int(syscall.SIGTERM)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ex, err := bg.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.ExitCode != 128+int(syscall.SIGTERM) || ex.Signal != "SIGTERM" {
+		t.Errorf("exit = %+v, want SIGTERM", ex)
+	}
+}
+
+// TestLiveStdin: input reaches the process; closing it ends cat.
+func TestLiveStdin(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	s := e.startLive(t, "", 0)
+	p, o := execLive(t, s, oci.ProcSpec{Args: []string{"cat"}, Stdin: true})
+	if _, err := p.Stdin().Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	o.await(t, api.StreamStdout, "hello\n")
+	if err := p.Stdin().Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ex, err := p.Wait(ctx); err != nil || ex.ExitCode != 0 {
+		t.Errorf("cat: %+v, %v", ex, err)
+	}
+}
+
+// TestLivePTY: a process on a terminal sees it, and its size, resized.
+func TestLivePTY(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	s := e.startLive(t, "", 0)
+	ex, o := runLive(t, s, oci.ProcSpec{Args: []string{"tty"}, PTY: &api.PTYSize{Cols: 80, Rows: 24}})
+	if ex.ExitCode != 0 || !regexp.MustCompile(`^/dev/pts/\d+\r?\n$`).MatchString(o.get(api.StreamPTY)) {
+		t.Errorf("tty: %+v, %q", ex, o.get(api.StreamPTY))
+	}
+	p, o := execLive(t, s, oci.ProcSpec{Args: []string{"/bin/sh", "-c", "stty size; read x; stty size"}, PTY: &api.PTYSize{Cols: 80, Rows: 24}})
+	o.await(t, api.StreamPTY, "24 80")
+	if err := p.Resize(api.PTYSize{Cols: 100, Rows: 40}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Stdin().Write([]byte("\n")); err != nil {
+		t.Fatal(err)
+	}
+	o.await(t, api.StreamPTY, "40 100")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ex, err := p.Wait(ctx); err != nil || ex.ExitCode != 0 {
+		t.Errorf("sh: %+v, %v", ex, err)
+	}
+}
+
+// TestLivePersist: what the sandbox wrote under /, in the home and in
+// /work survives its end, and a sandbox on the same disk sees it.
+func TestLivePersist(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	upper := filepath.Join(t.TempDir(), "upper")
+	s := e.startLive(t, upper, 0)
+	root := oci.ProcSpec{Args: []string{"/bin/sh", "-c", "echo etc > /etc/x && mkdir -p /usr/local && echo local > /usr/local/x"}, Cwd: "/"}
+	if ex, o := runLive(t, s, root); ex.ExitCode != 0 {
+		t.Fatalf("write as root: %+v %q", ex, o.get(api.StreamStderr))
+	}
+	if ex, o := runLive(t, s, sh("echo home > ~/h && echo work > /work/w")); ex.ExitCode != 0 {
+		t.Fatalf("write as user: %+v %q", ex, o.get(api.StreamStderr))
+	}
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	s = e.startLive(t, upper, 0)
+	ex, o := runLive(t, s, sh("cat /etc/x /usr/local/x ~/h /work/w"))
+	if ex.ExitCode != 0 || o.get(api.StreamStdout) != "etc\nlocal\nhome\nwork\n" {
+		t.Errorf("after re-create: %+v %q %q", ex, o.get(api.StreamStdout), o.get(api.StreamStderr))
+	}
+}
+
+// TestLiveDiskBound: a write past the disk fails inside the sandbox, and
+// the host directory holds no more than the bound.
+func TestLiveDiskBound(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	upper := filepath.Join(t.TempDir(), "upper")
+	const disk = 32 << 20
+	s := e.startLive(t, upper, disk)
+	ex, o := runLive(t, s, sh("dd if=/dev/zero of=/home/user/big bs=1M count=64"))
+	if ex.ExitCode == 0 || !strings.Contains(o.get(api.StreamStderr), "No space left") {
+		t.Errorf("dd past the disk: %+v %q", ex, o.get(api.StreamStderr))
+	}
+	var host int64
+	filepath.Walk(upper, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil {
+			host += fi.Sys().(*syscall.Stat_t).Blocks * 512
+		}
+		return nil
+	})
+	if host > disk {
+		t.Errorf("the host pays %d bytes for a disk of %d", host, disk)
+	}
+	u, err := s.Usage()
+	if err != nil || u.DiskBytes < disk/2 || u.MemoryBytes <= 0 {
+		t.Errorf("usage = %+v, %v", u, err)
+	}
+}
+
+// TestLivePause: a paused sandbox runs nothing until resumed.
+func TestLivePause(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	s := e.startLive(t, "", 0)
+	_, o := execLive(t, s, sh("while :; do echo x; sleep 0.01; done"))
+	o.await(t, api.StreamStdout, "x\nx\n")
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	n := len(o.get(api.StreamStdout))
+	time.Sleep(300 * time.Millisecond)
+	if m := len(o.get(api.StreamStdout)); m != n {
+		t.Errorf("paused, the loop wrote %d more bytes", m-n)
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	o.await(t, api.StreamStdout, strings.Repeat("x\n", n/2+3))
+}
+
+// listenScript serves one line on 127.0.0.1:PORT inside a sandbox.
+const listenScript = `
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    c.sendall(b"hello from the sandbox\n")
+    c.close()
+`
+
+// connectScript tries 127.0.0.1:PORT and prints what happened.
+const connectScript = `
+import socket, sys
+try:
+    c = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+    print("connected", c.recv(100))
+except OSError as e:
+    print("refused", e)
+`
+
+// TestLiveDial: the host reaches a listener inside the sandbox; the
+// sandbox reaches neither the host's loopback nor another sandbox's.
+func TestLiveDial(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	s := e.startLive(t, "", 0)
+	_, o := execLive(t, s, oci.ProcSpec{Args: []string{"python3", "-c", listenScript, "8000"}})
+	o.await(t, api.StreamStdout, "listening")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := s.Dial(ctx, 8000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(c)
+	c.Close()
+	if string(b) != "hello from the sandbox\n" {
+		t.Errorf("through Dial: %q", b)
+	}
+
+	// The host's loopback, from inside: nothing listens there for it.
+	hl, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Close()
+	go func() {
+		for {
+			c, err := hl.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("host\n"))
+			c.Close()
+		}
+	}()
+	hostPort := strconv.Itoa(hl.Addr().(*net.TCPAddr).Port)
+	if _, o := runLive(t, s, oci.ProcSpec{Args: []string{"python3", "-c", connectScript, hostPort}}); !strings.HasPrefix(o.get(api.StreamStdout), "refused") {
+		t.Errorf("the sandbox reached the host's loopback: %q", o.get(api.StreamStdout))
+	}
+	// Another sandbox's port.
+	s2 := e.startLive(t, "", 0)
+	if _, o := runLive(t, s2, oci.ProcSpec{Args: []string{"python3", "-c", connectScript, "8000"}}); !strings.HasPrefix(o.get(api.StreamStdout), "refused") {
+		t.Errorf("a sandbox reached another's port: %q", o.get(api.StreamStdout))
+	}
+	// And the check itself can connect: its own listener.
+	if _, o := runLive(t, s, oci.ProcSpec{Args: []string{"python3", "-c", connectScript, "8000"}}); !strings.HasPrefix(o.get(api.StreamStdout), "connected") {
+		t.Errorf("the sandbox did not reach its own port: %q", o.get(api.StreamStdout))
+	}
+}
+
+// TestLiveDestroy: nothing of a destroyed sandbox remains but its disk,
+// its background processes included.
+func TestLiveDestroy(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	upper := filepath.Join(t.TempDir(), "upper")
+	s := e.startLive(t, upper, 0)
+	bg, _ := execLive(t, s, sh("sleep 1000 & sleep 1000"))
+	_, _ = execLive(t, s, oci.ProcSpec{Args: []string{"sleep", "1000"}, PTY: &api.PTYSize{Cols: 80, Rows: 24}})
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ex, err := bg.Wait(ctx); err != nil || ex.Signal != "SIGKILL" {
+		t.Errorf("background process after Destroy: %+v, %v", ex, err)
+	}
+	select {
+	case <-s.Exited():
+	default:
+		t.Error("Exited not closed after Destroy")
+	}
+	e.assertClean(t)
+	if _, err := os.Stat(filepath.Join(upper, "disk.img")); err != nil {
+		t.Errorf("the disk is gone: %v", err)
+	}
+	if _, err := s.Exec(ctx, oci.ProcSpec{Args: []string{"true"}}); err == nil {
+		t.Error("Exec after Destroy succeeded")
 	}
 }
