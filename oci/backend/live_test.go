@@ -392,3 +392,69 @@ func TestLiveDestroy(t *testing.T) {
 		t.Error("Exec after Destroy succeeded")
 	}
 }
+
+// BenchmarkLiveExecTrue: `true` in a running sandbox, start to exit.
+func BenchmarkLiveExecTrue(b *testing.B) {
+	testutil.RequireRoot(b)
+	e := newTestEnv(b)
+	s := e.startLive(b, "", 0)
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		p, err := s.Exec(ctx, oci.ProcSpec{Args: []string{"/bin/true"}, Env: liveEnv, UID: 1000, GID: 1000, Cwd: "/"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ex, err := p.Wait(ctx); err != nil || ex.ExitCode != 0 {
+			b.Fatal(ex, err)
+		}
+	}
+}
+
+// BenchmarkLiveCreate: a sandbox on a disk made before, to its first
+// command done, then destroyed (not timed).
+func BenchmarkLiveCreate(b *testing.B) {
+	testutil.RequireRoot(b)
+	e := newTestEnv(b)
+	upper := filepath.Join(b.TempDir(), "upper")
+	e.startLive(b, upper, 0).Destroy() // the disk image, made once
+	ctx := context.Background()
+	req := &oci.Request{Root: layerRoot(b, "python"), Env: liveEnv, Limits: testLimits(b, limits.Set{})}
+	opts := oci.SandboxOptions{UpperDir: upper, DiskBytes: 64 << 20, Home: "/home/user"}
+	for b.Loop() {
+		s, err := e.rt.StartSandbox(ctx, req, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := s.Exec(ctx, oci.ProcSpec{Args: []string{"/bin/true"}, Env: liveEnv, UID: 1000, GID: 1000, Cwd: "/"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ex, err := p.Wait(ctx); err != nil || ex.ExitCode != 0 {
+			b.Fatal(ex, err)
+		}
+		b.StopTimer()
+		if err := s.Destroy(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkLiveResume: resume of a paused sandbox (the pause not timed).
+func BenchmarkLiveResume(b *testing.B) {
+	testutil.RequireRoot(b)
+	e := newTestEnv(b)
+	s := e.startLive(b, "", 0)
+	execLive(b, s, sh("sleep 1000"))
+	for b.Loop() {
+		b.StopTimer()
+		if err := s.Pause(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := s.Resume(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
