@@ -254,6 +254,9 @@ type prepareAs struct {
 	// its root is the writable overlay on its disk, /work is on that
 	// disk, it has a terminal device (devpts), and its output is nobody's.
 	live *liveDisk
+	// agent, with live, is the init's end of its control socket: the
+	// init runs in agent mode (liveagent_linux.go).
+	agent *os.File
 	// name, if set, names the container <instance>-<name> instead of
 	// the next number (a live sandbox's id; Recover still sees whose).
 	name string
@@ -335,7 +338,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *oci.Request, pre *prest
 	if err != nil {
 		return nil, err
 	}
-	init, err := r.startInit(ctx, id, config, p, spec, as.direct, fill)
+	init, err := r.startInit(ctx, id, config, p, spec, as, fill)
 	run.childStarted()
 	if pre != nil {
 		pre.started()
@@ -504,8 +507,8 @@ func (r *Libcontainer) fillTarget(id string) *cgroupTarget {
 // fill, if set, fills /work once the run's cgroup has its limits and
 // before the program is looked up (runc checks argv[0] at create: it may
 // be a file of /work, a session's or a compiled program).
-func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec, direct bool, fill func() error) (initProc, error) {
-	if r.fork != nil && !direct {
+func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec, as prepareAs, fill func() error) (initProc, error) {
+	if r.fork != nil && !as.direct {
 		init, err := r.fork.start(ctx, id, config, p, spec, r.cfg.Cgroups, fill)
 		if !errors.Is(err, errForkUnsupported) {
 			return init, err
@@ -517,7 +520,7 @@ func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs
 		// mounted /work.
 		config.Hooks = configs.Hooks{configs.CreateRuntime: {configs.NewFunctionHook(func(*specs.State) error { return fill() })}}
 	}
-	status, started, err := underInit(p)
+	status, started, err := underInit(p, as.agent)
 	if err != nil {
 		return nil, err
 	}

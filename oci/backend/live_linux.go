@@ -86,8 +86,14 @@ func (r *Libcontainer) StartSandbox(ctx context.Context, req *oci.Request, opts 
 	}
 	disk := &liveDisk{upperDir: opts.UpperDir, bytes: opts.DiskBytes, lower: req.Root, home: opts.Home,
 		uidBase: r.cfg.UIDBase, user: oci.SandboxUID}
-	c, err := r.prepare(ctx, &lreq, nil, prepareAs{direct: true, live: disk, name: opts.ID})
+	ours, theirs, err := newAgentPair()
 	if err != nil {
+		return nil, err
+	}
+	c, err := r.prepare(ctx, &lreq, nil, prepareAs{direct: true, live: disk, name: opts.ID, agent: theirs})
+	if err != nil {
+		theirs.Close() // closed by then if the init started; twice is harmless
+		ours.Close()
 		return nil, err
 	}
 	// The init holds no stream: nothing ever comes on them.
@@ -106,8 +112,12 @@ func (r *Libcontainer) StartSandbox(ctx context.Context, req *oci.Request, opts 
 		_ = c.Destroy()
 		return nil, err
 	}
+	s.agent = newLiveAgent(ours, func(err error) {
+		r.log.Warn("live sandbox killed: its init broke the agent protocol", "container_id", c.id, "err", err)
+		c.kill()
+	})
 	if err := c.Start(ctx); err != nil {
-		_ = c.Destroy()
+		_ = s.Destroy()
 		return nil, err
 	}
 	return s, nil
@@ -138,6 +148,7 @@ type liveSandbox struct {
 	disk    *liveDisk
 	limits  limits.Set
 	rlimits []configs.Rlimit
+	agent   *liveAgent // the init's (agent mode)
 
 	mu     sync.Mutex
 	procs  map[*liveProc]struct{} // running or not yet waited
@@ -319,13 +330,19 @@ func (s *liveSandbox) Destroy() error {
 	// The init's death ends every process of its pid namespace, the
 	// exec'd ones too (they joined it).
 	err := s.c.Destroy()
+	if s.agent != nil {
+		s.agent.close()
+	}
 	for _, p := range procs {
 		p.closeInput()
 	}
 	return err
 }
 
-// Exec starts a process in the sandbox (libcontainer's exec-in).
+// Exec starts a process in the sandbox: through the init's agent (a fork
+// and an exec in the sandbox) when it runs as the init's own user, the
+// sandbox's default; any other user (root of the sandbox) through
+// libcontainer's exec-in, which sets ids as runc does.
 func (s *liveSandbox) Exec(ctx context.Context, ps oci.ProcSpec) (oci.Proc, error) {
 	if len(ps.Args) == 0 || ps.Args[0] == "" {
 		return nil, fmt.Errorf("%w: a process needs a program", oci.ErrInvalidRequest)
@@ -340,85 +357,58 @@ func (s *liveSandbox) Exec(ctx context.Context, ps oci.ProcSpec) (oci.Proc, erro
 	if err != nil {
 		return nil, err
 	}
-	cwd := ps.Cwd
-	if cwd == "" {
-		cwd = "/"
-	}
-	yes := true
-	lp := &libcontainer.Process{
-		Args: ps.Args, Env: ps.Env, Cwd: cwd, UID: int(ps.UID), GID: int(ps.GID),
-		NoNewPrivileges: &yes, Capabilities: &configs.Capabilities{}, Rlimits: s.rlimits,
+	if ps.Cwd == "" {
+		ps.Cwd = "/"
 	}
 	p := &liveProc{s: s, onOutput: ps.OnOutput, done: make(chan struct{})}
-	var theirs []*os.File // the child's ends, closed once it runs
-	defer func() {
-		for _, f := range theirs {
-			f.Close()
-		}
-	}()
-	var readers []*os.File
-	var consoleOurs *os.File
-	if ps.PTY != nil {
-		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("%w: console socket: %w", oci.ErrRuntime, err)
-		}
-		consoleOurs = os.NewFile(uintptr(pair[0]), "console")
-		defer consoleOurs.Close()
-		lp.ConsoleSocket = os.NewFile(uintptr(pair[1]), "console")
-		theirs = append(theirs, lp.ConsoleSocket)
-		lp.ConsoleWidth, lp.ConsoleHeight = ps.PTY.Cols, ps.PTY.Rows
-	} else {
-		for _, w := range []*io.Writer{&lp.Stdout, &lp.Stderr} {
+	// The child's ends, closed once it runs; the output's read ends.
+	var theirs, readers []*os.File
+	defer func() { closeAll(theirs) }()
+	fail := func(err error) (oci.Proc, error) {
+		closeAll(readers)
+		p.closeInput()
+		return nil, err
+	}
+	if ps.PTY == nil {
+		for range 2 {
 			r, t, err := childPipe(false)
 			if err != nil {
-				closeAll(readers)
-				return nil, err
+				return fail(err)
 			}
-			readers = append(readers, r)
-			theirs = append(theirs, t)
-			*w = t
+			readers, theirs = append(readers, r), append(theirs, t)
 		}
 		if ps.Stdin {
 			w, t, err := childPipe(true)
 			if err != nil {
-				closeAll(readers)
-				return nil, err
+				return fail(err)
 			}
 			p.stdin = w
-			theirs = append(theirs, t)
-			lp.Stdin = t
+			theirs = append([]*os.File{t}, theirs...)
+		} else {
+			theirs = append([]*os.File{nil}, theirs...)
 		}
 	}
-	if err := lc.Run(lp); err != nil {
-		closeAll(readers)
-		p.closeInput()
-		return nil, fmt.Errorf("%w: start %s in sandbox %s: %w", oci.ErrRuntime, ps.Args[0], s.id, err)
+	var master *os.File
+	if a := s.agent; a != nil && ps.UID == oci.SandboxUID && ps.GID == oci.SandboxGID && a.fits(ps) {
+		master, err = s.agentStart(p, ps, theirs)
+	} else {
+		master, err = s.lcStart(lc, p, ps, theirs)
 	}
-	p.proc = lp
-	p.hostPID, _ = lp.Pid()
-	if consoleOurs != nil {
-		m, err := recvConsole(consoleOurs)
-		if err != nil {
-			_ = lp.Signal(unix.SIGKILL)
-			_, _ = lp.Wait()
-			return nil, fmt.Errorf("%w: terminal of %s: %w", oci.ErrRuntime, ps.Args[0], err)
-		}
-		p.pty, p.stdin = m, m
-		readers = []*os.File{m}
+	if err != nil {
+		return fail(err)
+	}
+	if master != nil {
+		p.pty, p.stdin = master, master
+		readers = []*os.File{master}
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		_ = lp.Signal(unix.SIGKILL)
-		_, _ = lp.Wait()
-		closeAll(readers)
-		p.closeInput()
-		return nil, oci.ErrDestroyed
+		_ = p.kill()
+		return fail(oci.ErrDestroyed)
 	}
 	s.procs[p] = struct{}{}
 	s.mu.Unlock()
-	p.pid = nsPID(p.hostPID)
 	streams := []string{api.StreamStdout, api.StreamStderr}
 	if p.pty != nil {
 		streams = []string{api.StreamPTY}
@@ -431,8 +421,79 @@ func (s *liveSandbox) Exec(ctx context.Context, ps oci.ProcSpec) (oci.Proc, erro
 			p.read(r, stream)
 		}(r, streams[i])
 	}
-	go p.wait(lp, &wg)
+	go p.finish(&wg)
 	return p, nil
+}
+
+// devNull opens /dev/null for a child's stdin.
+func devNull() (*os.File, error) {
+	f, err := os.OpenFile(os.DevNull, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+	}
+	return f, nil
+}
+
+// agentStart starts p through the init's agent on io (stdin, stdout,
+// stderr; none with a terminal, whose master it returns).
+func (s *liveSandbox) agentStart(p *liveProc, ps oci.ProcSpec, io []*os.File) (*os.File, error) {
+	if len(io) > 0 && io[0] == nil {
+		null, err := devNull()
+		if err != nil {
+			return nil, err
+		}
+		defer null.Close()
+		io = append([]*os.File{null}, io[1:]...)
+	}
+	p.exitCh = make(chan syscall.WaitStatus, 1)
+	p.agent = s.agent
+	master, err := s.agent.spawn(p, ps, io)
+	if err != nil {
+		return nil, fmt.Errorf("start %s in sandbox %s: %w", ps.Args[0], s.id, err)
+	}
+	return master, nil
+}
+
+// lcStart starts p with libcontainer's exec-in on io (as agentStart).
+func (s *liveSandbox) lcStart(lc *libcontainer.Container, p *liveProc, ps oci.ProcSpec, io []*os.File) (*os.File, error) {
+	yes := true
+	lp := &libcontainer.Process{
+		Args: ps.Args, Env: ps.Env, Cwd: ps.Cwd, UID: int(ps.UID), GID: int(ps.GID),
+		NoNewPrivileges: &yes, Capabilities: &configs.Capabilities{}, Rlimits: s.rlimits,
+	}
+	var consoleOurs *os.File
+	if ps.PTY != nil {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%w: console socket: %w", oci.ErrRuntime, err)
+		}
+		consoleOurs = os.NewFile(uintptr(pair[0]), "console")
+		defer consoleOurs.Close()
+		lp.ConsoleSocket = os.NewFile(uintptr(pair[1]), "console")
+		defer lp.ConsoleSocket.Close()
+		lp.ConsoleWidth, lp.ConsoleHeight = ps.PTY.Cols, ps.PTY.Rows
+	} else {
+		if io[0] != nil {
+			lp.Stdin = io[0]
+		}
+		lp.Stdout, lp.Stderr = io[1], io[2]
+	}
+	if err := lc.Run(lp); err != nil {
+		return nil, fmt.Errorf("%w: start %s in sandbox %s: %w", oci.ErrRuntime, ps.Args[0], s.id, err)
+	}
+	p.proc = lp
+	p.hostPID, _ = lp.Pid()
+	p.pid = nsPID(p.hostPID)
+	if consoleOurs == nil {
+		return nil, nil
+	}
+	m, err := recvConsole(consoleOurs)
+	if err != nil {
+		_ = lp.Signal(unix.SIGKILL)
+		_, _ = lp.Wait()
+		return nil, fmt.Errorf("%w: terminal of %s: %w", oci.ErrRuntime, ps.Args[0], err)
+	}
+	return m, nil
 }
 
 func closeAll(fs []*os.File) {
@@ -487,10 +548,24 @@ type liveProc struct {
 	inMu  sync.Mutex
 	stdin *os.File // the pipe's write end or the terminal's master
 	pty   *os.File // the terminal's master (also stdin), nil without one
-	proc  *libcontainer.Process
+
+	// Started by libcontainer: its process (a child of this one).
+	proc *libcontainer.Process
+	// Started by the agent: its exit status comes from the agent.
+	agent   *liveAgent
+	exitCh  chan syscall.WaitStatus
+	wantPTY bool
 
 	done chan struct{}
 	exit api.ProcessExit
+}
+
+// kill ends a process that Exec cannot hand over.
+func (p *liveProc) kill() error {
+	if p.agent != nil {
+		return p.agent.signal(p.pid, int(unix.SIGKILL))
+	}
+	return p.proc.Signal(unix.SIGKILL)
 }
 
 func (p *liveProc) PID() int { return p.pid }
@@ -512,9 +587,18 @@ func (p *liveProc) Stdin() io.WriteCloser {
 // (^D), the terminal itself stays for the output.
 type ptyInput struct{ p *liveProc }
 
-func (w ptyInput) Write(b []byte) (int, error) { return w.p.pty.Write(b) }
+func (w ptyInput) Write(b []byte) (int, error) {
+	w.p.inMu.Lock()
+	pty := w.p.pty
+	w.p.inMu.Unlock()
+	if pty == nil {
+		return 0, os.ErrClosed
+	}
+	return pty.Write(b)
+}
+
 func (w ptyInput) Close() error {
-	_, err := w.p.pty.Write([]byte{4})
+	_, err := w.Write([]byte{4})
 	return err
 }
 
@@ -550,6 +634,10 @@ func (p *liveProc) Signal(sig int) error {
 	if sig <= 0 || sig > 64 {
 		return fmt.Errorf("%w: signal %d", oci.ErrInvalidRequest, sig)
 	}
+	if p.agent != nil {
+		// It leads its own session and group (the agent's setsid).
+		return p.agent.signal(p.pid, sig)
+	}
 	if pg, err := unix.Getpgid(p.hostPID); err == nil && pg == p.hostPID {
 		if err := unix.Kill(-p.hostPID, syscall.Signal(sig)); err == nil {
 			return nil
@@ -583,21 +671,28 @@ func (p *liveProc) read(r *os.File, stream string) {
 	}
 }
 
-// wait reaps the process, waits for its output to end and records how it
-// ended.
-func (p *liveProc) wait(lp *libcontainer.Process, out *sync.WaitGroup) {
-	st, err := lp.Wait()
+// finish waits for the process's end (the agent's report, or the reaped
+// child), then for its output to end, and records how it ended.
+func (p *liveProc) finish(out *sync.WaitGroup) {
 	var ws syscall.WaitStatus
-	if st != nil {
-		ws, _ = st.Sys().(syscall.WaitStatus)
-	} else if err != nil {
-		ws = syscall.WaitStatus(255 << 8)
+	if p.agent != nil {
+		ws = <-p.exitCh
+	} else {
+		st, err := p.proc.Wait()
+		if st != nil {
+			ws, _ = st.Sys().(syscall.WaitStatus)
+		} else if err != nil {
+			ws = syscall.WaitStatus(255 << 8)
+		}
 	}
-	if p.pty != nil {
+	p.inMu.Lock()
+	pty := p.pty
+	p.inMu.Unlock()
+	if pty != nil {
 		// Background children may hold the terminal: its output ends
 		// with the process (their later output is lost, as on a closed
 		// terminal's session).
-		_ = p.pty.SetReadDeadline(time.Now().Add(ptyDrain))
+		_ = pty.SetReadDeadline(time.Now().Add(ptyDrain))
 	}
 	out.Wait()
 	if ws.Signaled() {

@@ -3,6 +3,7 @@ package backend_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -456,5 +457,27 @@ func BenchmarkLiveResume(b *testing.B) {
 		if err := s.Resume(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestLiveAgent: a process of the default user starts from the sandbox's
+// init (its parent is PID 1, in a session of its own), not through
+// libcontainer's exec-in (whose processes' parent is outside the sandbox:
+// PPid 0); root's still do, and both run.
+func TestLiveAgent(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	s := e.startLive(t, "", 0)
+	ex, o := runLive(t, s, sh(`echo $PPID; ps -o sid= -p $$ 2>/dev/null || awk '{print $6}' /proc/$$/stat`))
+	if f := strings.Fields(o.get(api.StreamStdout)); ex.ExitCode != 0 || len(f) != 2 || f[0] != "1" {
+		t.Errorf("user's process: %+v %q %q, want parent 1", ex, o.get(api.StreamStdout), o.get(api.StreamStderr))
+	}
+	ex, o = runLive(t, s, oci.ProcSpec{Args: []string{"/bin/sh", "-c", "echo $PPID"}, Cwd: "/"})
+	if ex.ExitCode != 0 || o.get(api.StreamStdout) != "0\n" {
+		t.Errorf("root's process: %+v %q, want parent 0 (outside the sandbox)", ex, o.get(api.StreamStdout))
+	}
+	// A program that is not there: an error at Exec, not an exit.
+	if _, err := s.Exec(context.Background(), oci.ProcSpec{Args: []string{"no-such-program"}, Env: liveEnv, UID: 1000, GID: 1000}); !errors.Is(err, oci.ErrInvalidRequest) {
+		t.Errorf("missing program: %v, want an invalid request", err)
 	}
 }
