@@ -153,6 +153,7 @@ type liveSandbox struct {
 	mu     sync.Mutex
 	procs  map[*liveProc]struct{} // running or not yet waited
 	closed bool
+	paused bool // by Pause, until Resume
 }
 
 func (s *liveSandbox) ID() string { return s.id }
@@ -220,9 +221,12 @@ func (s *liveSandbox) Pause() error {
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := lc.Pause(); err != nil {
 		return fmt.Errorf("%w: pause %s: %w", oci.ErrRuntime, s.id, err)
 	}
+	s.paused = true
 	return nil
 }
 
@@ -232,9 +236,12 @@ func (s *liveSandbox) Resume() error {
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := lc.Resume(); err != nil {
 		return fmt.Errorf("%w: resume %s: %w", oci.ErrRuntime, s.id, err)
 	}
+	s.paused = false
 	return nil
 }
 
@@ -356,6 +363,14 @@ func (s *liveSandbox) Exec(ctx context.Context, ps oci.ProcSpec) (oci.Proc, erro
 	lc, err := s.lc()
 	if err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	paused := s.paused
+	s.mu.Unlock()
+	if paused {
+		// Its init is frozen too: nothing would start (the caller
+		// resumes it first).
+		return nil, fmt.Errorf("%w: sandbox %s is paused", oci.ErrInvalidRequest, s.id)
 	}
 	if ps.Cwd == "" {
 		ps.Cwd = "/"

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -276,6 +278,9 @@ func TestLivePause(t *testing.T) {
 	if err := s.Pause(); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.Exec(context.Background(), oci.ProcSpec{Args: []string{"true"}, Env: liveEnv, UID: 1000, GID: 1000}); err == nil {
+		t.Error("Exec in a paused sandbox started")
+	}
 	time.Sleep(100 * time.Millisecond)
 	n := len(o.get(api.StreamStdout))
 	time.Sleep(300 * time.Millisecond)
@@ -400,8 +405,9 @@ func BenchmarkLiveExecTrue(b *testing.B) {
 	e := newTestEnv(b)
 	s := e.startLive(b, "", 0)
 	ctx := context.Background()
-	b.ResetTimer()
+	var ds []time.Duration
 	for b.Loop() {
+		t0 := time.Now()
 		p, err := s.Exec(ctx, oci.ProcSpec{Args: []string{"/bin/true"}, Env: liveEnv, UID: 1000, GID: 1000, Cwd: "/"})
 		if err != nil {
 			b.Fatal(err)
@@ -409,7 +415,18 @@ func BenchmarkLiveExecTrue(b *testing.B) {
 		if ex, err := p.Wait(ctx); err != nil || ex.ExitCode != 0 {
 			b.Fatal(ex, err)
 		}
+		ds = append(ds, time.Since(t0))
 	}
+	reportP50(b, ds)
+}
+
+// reportP50 reports the median of ds (the goals are medians).
+func reportP50(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50-ms")
 }
 
 // BenchmarkLiveCreate: a sandbox on a disk made before, to its first
@@ -422,7 +439,9 @@ func BenchmarkLiveCreate(b *testing.B) {
 	ctx := context.Background()
 	req := &oci.Request{Root: layerRoot(b, "python"), Env: liveEnv, Limits: testLimits(b, limits.Set{})}
 	opts := oci.SandboxOptions{UpperDir: upper, DiskBytes: 64 << 20, Home: "/home/user"}
+	var ds []time.Duration
 	for b.Loop() {
+		t0 := time.Now()
 		s, err := e.rt.StartSandbox(ctx, req, opts)
 		if err != nil {
 			b.Fatal(err)
@@ -434,12 +453,14 @@ func BenchmarkLiveCreate(b *testing.B) {
 		if ex, err := p.Wait(ctx); err != nil || ex.ExitCode != 0 {
 			b.Fatal(ex, err)
 		}
+		ds = append(ds, time.Since(t0))
 		b.StopTimer()
 		if err := s.Destroy(); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 	}
+	reportP50(b, ds)
 }
 
 // BenchmarkLiveResume: resume of a paused sandbox (the pause not timed).
@@ -448,16 +469,86 @@ func BenchmarkLiveResume(b *testing.B) {
 	e := newTestEnv(b)
 	s := e.startLive(b, "", 0)
 	execLive(b, s, sh("sleep 1000"))
+	var ds []time.Duration
 	for b.Loop() {
 		b.StopTimer()
 		if err := s.Pause(); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
+		t0 := time.Now()
 		if err := s.Resume(); err != nil {
 			b.Fatal(err)
 		}
+		ds = append(ds, time.Since(t0))
 	}
+	reportP50(b, ds)
+}
+
+// BenchmarkLiveIdleMemory starts SANDCELL_LIVE_IDLE (default 50) idle
+// sandboxes and reports what each costs the host: its cgroup's memory
+// (its init and the kernel memory charged to it), this process's RSS
+// growth and the host's MemAvailable drop (which also counts the
+// uncharged kernel memory of its mounts and loop device; noisy on a
+// shared host), each per sandbox.
+func BenchmarkLiveIdleMemory(b *testing.B) {
+	testutil.RequireRoot(b)
+	n := 50
+	if v, err := strconv.Atoi(os.Getenv("SANDCELL_LIVE_IDLE")); err == nil && v > 0 {
+		n = v
+	}
+	e := newTestEnv(b)
+	dir := b.TempDir()
+	for b.Loop() {
+		runtime.GC()
+		rss0, avail0 := selfRSS(b), memAvailable(b)
+		var boxes []oci.Sandbox
+		t0 := time.Now()
+		for i := range n {
+			boxes = append(boxes, e.startLive(b, filepath.Join(dir, strconv.Itoa(i)), 16<<20))
+		}
+		created := time.Since(t0)
+		time.Sleep(time.Second)
+		runtime.GC()
+		var cg int64
+		for _, s := range boxes {
+			u, err := s.Usage()
+			if err != nil {
+				b.Fatal(err)
+			}
+			cg += u.MemoryBytes
+		}
+		rss1, avail1 := selfRSS(b), memAvailable(b)
+		b.ReportMetric(float64(cg)/float64(n)/1024, "cgroup-KiB/sandbox")
+		b.ReportMetric(float64(rss1-rss0)/float64(n)/1024, "server-RSS-KiB/sandbox")
+		b.ReportMetric(float64(avail0-avail1)/float64(n)/1024, "host-KiB/sandbox")
+		b.ReportMetric(float64(n)/created.Seconds(), "creates/s")
+		for _, s := range boxes {
+			s.Destroy()
+		}
+	}
+}
+
+// selfRSS is this process's resident set, in bytes.
+func selfRSS(t testing.TB) int64 { return procKiB(t, "/proc/self/status", "VmRSS:") }
+
+// memAvailable is the host's MemAvailable, in bytes.
+func memAvailable(t testing.TB) int64 { return procKiB(t, "/proc/meminfo", "MemAvailable:") }
+
+func procKiB(t testing.TB, file, key string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == key {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v << 10
+		}
+	}
+	t.Fatalf("no %s in %s", key, file)
+	return 0
 }
 
 // TestLiveAgent: a process of the default user starts from the sandbox's
