@@ -572,3 +572,28 @@ func TestLiveAgent(t *testing.T) {
 		t.Errorf("missing program: %v, want an invalid request", err)
 	}
 }
+
+// TestLiveWorkspace: the request's workspace fills /work at start, as for
+// a run, and root's terminal (through libcontainer) works as the user's.
+func TestLiveWorkspace(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "hello.txt"), []byte("from the session\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.rt.StartSandbox(context.Background(), &oci.Request{Root: layerRoot(t, "python"), Env: liveEnv,
+		Limits: testLimits(t, limits.Set{}), Workspace: &dirWorkspace{dir: src}},
+		oci.SandboxOptions{UpperDir: filepath.Join(t.TempDir(), "upper"), DiskBytes: 32 << 20, Home: "/home/user"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	if ex, o := runLive(t, s, sh("cat /work/hello.txt")); ex.ExitCode != 0 || o.get(api.StreamStdout) != "from the session\n" {
+		t.Errorf("/work: %+v %q %q", ex, o.get(api.StreamStdout), o.get(api.StreamStderr))
+	}
+	ex, o := runLive(t, s, oci.ProcSpec{Args: []string{"/bin/sh", "-c", "tty; id -u"}, Cwd: "/", PTY: &api.PTYSize{Cols: 80, Rows: 24}})
+	if ex.ExitCode != 0 || !regexp.MustCompile(`^/dev/pts/\d+\r?\n0\r?\n$`).MatchString(o.get(api.StreamPTY)) {
+		t.Errorf("root's terminal: %+v %q", ex, o.get(api.StreamPTY))
+	}
+}
