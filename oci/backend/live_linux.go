@@ -46,9 +46,12 @@ import (
 // No wall clock: the sandbox lives until Destroy (its caller keeps its
 // lifetime).
 
-// ptyDrain is how long a terminal's output is still read once its
-// process ended (what it wrote is in the terminal's buffer by then).
-const ptyDrain = 100 * time.Millisecond
+// outputDrain is how long a process's output is still read once it
+// ended. What it wrote is in the pipe or the terminal by then; what holds
+// the stream open past that is a process it left in the background
+// (`server &`), whose later output is dropped rather than make Wait wait
+// for it (a caller who wants it starts it with Exec of its own).
+const outputDrain = 200 * time.Millisecond
 
 // liveIDPattern is what a caller's sandbox id may be: it names the
 // container, its cgroup and its state directory.
@@ -436,7 +439,7 @@ func (s *liveSandbox) Exec(ctx context.Context, ps oci.ProcSpec) (oci.Proc, erro
 			p.read(r, stream)
 		}(r, streams[i])
 	}
-	go p.finish(&wg)
+	go p.finish(&wg, readers)
 	return p, nil
 }
 
@@ -688,7 +691,7 @@ func (p *liveProc) read(r *os.File, stream string) {
 
 // finish waits for the process's end (the agent's report, or the reaped
 // child), then for its output to end, and records how it ended.
-func (p *liveProc) finish(out *sync.WaitGroup) {
+func (p *liveProc) finish(out *sync.WaitGroup, readers []*os.File) {
 	var ws syscall.WaitStatus
 	if p.agent != nil {
 		ws = <-p.exitCh
@@ -700,14 +703,8 @@ func (p *liveProc) finish(out *sync.WaitGroup) {
 			ws = syscall.WaitStatus(255 << 8)
 		}
 	}
-	p.inMu.Lock()
-	pty := p.pty
-	p.inMu.Unlock()
-	if pty != nil {
-		// Background children may hold the terminal: its output ends
-		// with the process (their later output is lost, as on a closed
-		// terminal's session).
-		_ = pty.SetReadDeadline(time.Now().Add(ptyDrain))
+	for _, r := range readers {
+		_ = r.SetReadDeadline(time.Now().Add(outputDrain))
 	}
 	out.Wait()
 	if ws.Signaled() {

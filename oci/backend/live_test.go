@@ -169,6 +169,13 @@ func TestLiveBackground(t *testing.T) {
 	if ex.ExitCode != 128+int(syscall.SIGTERM) || ex.Signal != "SIGTERM" {
 		t.Errorf("exit = %+v, want SIGTERM", ex)
 	}
+	// A process left in the background with the stream open does not
+	// hold its parent's Wait.
+	t0 := time.Now()
+	ex, o = runLive(t, s, sh("sleep 100 & echo started"))
+	if ex.ExitCode != 0 || o.get(api.StreamStdout) != "started\n" || time.Since(t0) > 5*time.Second {
+		t.Errorf("sleep in the background: %+v %q after %v", ex, o.get(api.StreamStdout), time.Since(t0))
+	}
 }
 
 // TestLiveStdin: input reaches the process; closing it ends cat.
