@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/internal/sysmon"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
@@ -275,6 +276,25 @@ func (s *Set) StartKernel(ctx context.Context, req *oci.Request, driver map[stri
 		return nil, err // not a typed nil in the interface
 	}
 	return k, nil
+}
+
+// StartSandbox starts a live sandbox (issue #39;
+// backend.Libcontainer.StartSandbox). Live sandboxes run under runc
+// (libcontainer) only: a server whose isolation is another (gVisor, wasm)
+// or that has no kernel sandbox refuses them (api.ErrInvalid) rather than
+// give a weaker isolation than its operator chose.
+func (s *Set) StartSandbox(ctx context.Context, req *oci.Request, opts oci.SandboxOptions) (oci.Sandbox, error) {
+	if s.rt == nil {
+		return nil, api.Invalid("live sandboxes need a kernel sandbox, which this host lacks (" + s.cfg.NoKernelSandbox + ")")
+	}
+	if iso := s.cfg.Isolation; iso != "" && iso != "runc" {
+		return nil, api.Invalid("live sandboxes run under runc only; this server's isolation is " + iso)
+	}
+	sb, err := s.rt.StartSandbox(ctx, req, opts)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return sb, nil
 }
 
 // SandboxIDs are the host uid and gid that a sandbox's user maps to: the

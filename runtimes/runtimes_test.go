@@ -1,12 +1,17 @@
 package runtimes
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
+	"github.com/sandcell/sandcell/oci/backend"
 )
 
 // TestWasmOnly: on a host without a kernel sandbox the set is the wasm
@@ -30,6 +35,9 @@ func TestWasmOnly(t *testing.T) {
 	if _, err := s.Gvisor(); err == nil || !strings.Contains(err.Error(), "user namespaces are off") {
 		t.Errorf("Gvisor: %v, want the reason", err)
 	}
+	if _, err := s.StartSandbox(context.Background(), &oci.Request{}, oci.SandboxOptions{}); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "user namespaces are off") {
+		t.Errorf("StartSandbox without a kernel sandbox: %v, want an invalid request that says why", err)
+	}
 	if uid, gid := s.SandboxIDs(); uid != uint32(os.Getuid()) || gid != uint32(os.Getgid()) {
 		t.Errorf("SandboxIDs %d:%d, want this process's", uid, gid)
 	}
@@ -44,5 +52,16 @@ func TestWasmOnly(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestStartSandboxRuncOnly: a server whose isolation is not runc refuses
+// live sandboxes instead of running them under a weaker isolation.
+func TestStartSandboxRuncOnly(t *testing.T) {
+	for _, iso := range []string{"gvisor", "wasm"} {
+		s := &Set{cfg: Config{Isolation: iso}, rt: &backend.Libcontainer{}}
+		if _, err := s.StartSandbox(context.Background(), &oci.Request{}, oci.SandboxOptions{}); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), iso) {
+			t.Errorf("isolation %s: %v, want an invalid request naming it", iso, err)
+		}
 	}
 }

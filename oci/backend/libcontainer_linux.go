@@ -250,6 +250,16 @@ type prepareAs struct {
 	// protocol pipes become the program's fds 3 and 4, and its output is
 	// read per cell by the kernel, not captured for one result.
 	kernel *kernelIO
+	// live, if set, makes the container a live sandbox's (StartSandbox):
+	// its root is the writable overlay on its disk, /work is on that
+	// disk, it has a terminal device (devpts), and its output is nobody's.
+	live *liveDisk
+	// agent, with live, is the init's end of its control socket: the
+	// init runs in agent mode (liveagent_linux.go).
+	agent *os.File
+	// name, if set, names the container <instance>-<name> instead of
+	// the next number (a live sandbox's id; Recover still sees whose).
+	name string
 }
 
 // prepareValid is Prepare of a request validated already (by a Pool).
@@ -268,15 +278,18 @@ func (r *Libcontainer) prepare(ctx context.Context, req *oci.Request, pre *prest
 		return nil, err
 	}
 	id := r.newID()
+	if as.name != "" {
+		id = r.instance + "-" + as.name
+	}
 	phase(id, "begin")
 	uid, gid := r.SandboxIDs()
-	run, err := newRun(id, filepath.Join(r.dir, "runs", id), req, uid, gid)
+	run, err := newRun(id, filepath.Join(r.dir, "runs", id), req, uid, gid, as.live)
 	if err != nil {
 		return nil, err
 	}
 	phase(id, "work")
 	run.enforced = oci.Enforced(r.cfg.Cgroups != nil)
-	run.pooled = pre != nil || as.kernel != nil
+	run.pooled = pre != nil || as.kernel != nil || as.live != nil
 	// run.settle stays nil: the run's init (runinit_linux.go) is PID 1
 	// of its pid namespace and exits when the program does, and the
 	// kernel reports init's death only after every other process of the
@@ -296,7 +309,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *oci.Request, pre *prest
 		}
 		defer fh.abort()
 	}
-	spec, config, err := r.containerConfig(id, req, run.work)
+	spec, config, err := r.containerConfig(id, req, run.work, as.live)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +338,7 @@ func (r *Libcontainer) prepare(ctx context.Context, req *oci.Request, pre *prest
 	if err != nil {
 		return nil, err
 	}
-	init, err := r.startInit(ctx, id, config, p, spec, as.direct, fill)
+	init, err := r.startInit(ctx, id, config, p, spec, as, fill)
 	run.childStarted()
 	if pre != nil {
 		pre.started()
@@ -359,8 +372,9 @@ func (r *Libcontainer) startWorkFill(run *run, req *oci.Request, uid, gid uint32
 }
 
 // containerConfig is the run's spec (oci.BuildSpec, its /work at the host
-// directory work) and the libcontainer config made from it.
-func (r *Libcontainer) containerConfig(id string, req *oci.Request, work string) (*specs.Spec, *configs.Config, error) {
+// directory work) and the libcontainer config made from it; live, if set,
+// is a live sandbox's disk (liveSpec).
+func (r *Libcontainer) containerConfig(id string, req *oci.Request, work string, live *liveDisk) (*specs.Spec, *configs.Config, error) {
 	host := oci.Host{WorkDir: work, UIDBase: r.cfg.UIDBase, Seccomp: r.cfg.Seccomp, SingleID: r.cfg.SingleID}
 	if r.cfg.Cgroups != nil {
 		host.CgroupsPath = r.cfg.Cgroups.ChildPath(id)
@@ -381,6 +395,9 @@ func (r *Libcontainer) containerConfig(id string, req *oci.Request, work string)
 	spec, err := oci.BuildSpec(req, host)
 	if err != nil {
 		return nil, nil, err
+	}
+	if live != nil {
+		liveSpec(spec, live)
 	}
 	countInit(spec)
 	config, err := r.libcontainerConfig(id, spec)
@@ -508,8 +525,8 @@ func (r *Libcontainer) fillTarget(id string) *cgroupTarget {
 // fill, if set, fills /work once the run's cgroup has its limits and
 // before the program is looked up (runc checks argv[0] at create: it may
 // be a file of /work, a session's or a compiled program).
-func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec, direct bool, fill func() error) (initProc, error) {
-	if r.fork != nil && !direct {
+func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs.Config, p *libcontainer.Process, spec *specs.Spec, as prepareAs, fill func() error) (initProc, error) {
+	if r.fork != nil && !as.direct {
 		init, err := r.fork.start(ctx, id, config, p, spec, r.cfg.Cgroups, fill)
 		if !errors.Is(err, errForkUnsupported) {
 			return init, err
@@ -521,7 +538,7 @@ func (r *Libcontainer) startInit(ctx context.Context, id string, config *configs
 		// mounted /work.
 		config.Hooks = configs.Hooks{configs.CreateRuntime: {configs.NewFunctionHook(func(*specs.State) error { return fill() })}}
 	}
-	status, started, err := underInit(p)
+	status, started, err := underInit(p, as.agent)
 	if err != nil {
 		return nil, err
 	}

@@ -37,35 +37,15 @@ type egressBridge struct {
 // startEgress listens on EgressAddr in the network namespace of process
 // pid (the container's init, not yet reaped) and forwards to socket.
 func startEgress(pid int, socket string, log *slog.Logger) (*egressBridge, error) {
-	type result struct {
-		l   net.Listener
-		err error
+	var l net.Listener
+	err := inNetns(pid, func() (err error) {
+		l, err = net.Listen("tcp4", oci.EgressAddr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: egress listener: %w", oci.ErrRuntime, err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		// The thread enters the container's network namespace and is
-		// never unlocked: Go then ends it with this goroutine instead of
-		// running other goroutines in the wrong namespace. The socket it
-		// made stays in that namespace.
-		runtime.LockOSThread()
-		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer ns.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("enter the run's network namespace: %w", err)}
-			return
-		}
-		l, err := net.Listen("tcp4", oci.EgressAddr)
-		ch <- result{l, err}
-	}()
-	res := <-ch
-	if res.err != nil {
-		return nil, fmt.Errorf("%w: egress listener: %w", oci.ErrRuntime, res.err)
-	}
-	b := &egressBridge{l: res.l, socket: socket, log: log, conns: netcopy.NewConns(netcopy.MaxConns), done: make(chan struct{})}
+	b := &egressBridge{l: l, socket: socket, log: log, conns: netcopy.NewConns(netcopy.MaxConns), done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
 		if err := b.conns.Serve(b.l, b.forward); err != nil && !errors.Is(err, net.ErrClosed) {
@@ -104,28 +84,14 @@ func (b *egressBridge) Close() {
 // (the fork server's child and libcontainer's init) come here once init
 // exists, before the program starts.
 func startNetwork(pid int, gw oci.NetworkGateway) error {
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		ch <- enterAndWire(pid, gw)
-	}()
-	if err := <-ch; err != nil {
+	if err := inNetns(pid, func() error { return wireRun(gw) }); err != nil {
 		return fmt.Errorf("%w: network policy: %w", oci.ErrRuntime, err)
 	}
 	return nil
 }
 
-// enterAndWire is startNetwork's work on its locked thread.
-func enterAndWire(pid int, gw oci.NetworkGateway) error {
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
-	if err != nil {
-		return err
-	}
-	err = unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET)
-	ns.Close()
-	if err != nil {
-		return fmt.Errorf("enter the run's network namespace: %w", err)
-	}
+// wireRun is startNetwork's work on a thread in the run's namespace.
+func wireRun(gw oci.NetworkGateway) error {
 	fd, err := netpolicy.OpenTun(oci.TunName)
 	if err != nil {
 		return err
@@ -175,4 +141,27 @@ func wireTun(mtu uint32) error {
 		return fmt.Errorf("default route via %s: %w", oci.TunName, err)
 	}
 	return nil
+}
+
+// inNetns runs f on a thread inside the network namespace of process pid.
+// The thread is never unlocked: Go ends it with the goroutine instead of
+// running other goroutines in the wrong namespace. A socket f makes stays
+// in that namespace.
+func inNetns(pid int, f func() error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			ch <- err
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- fmt.Errorf("enter the sandbox's network namespace: %w", err)
+			return
+		}
+		ch <- f()
+	}()
+	return <-ch
 }

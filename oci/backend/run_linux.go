@@ -58,6 +58,10 @@ type run struct {
 	exit   oci.ExitInfo
 	ended  time.Time
 
+	// live, if set, is a live sandbox's disk: its root overlay and the
+	// disk that holds /work, unmounted first at cleanup.
+	live *liveDisk
+
 	// pooled: the run was prepared ahead of its request (see Pool); its
 	// output is read only once the request is bound (bind). Also set for
 	// a kernel, whose output its streams read per cell (kernelStream).
@@ -67,15 +71,21 @@ type run struct {
 // newRun makes the run's directory, its empty /work tmpfs, and the pipes
 // for its streams. The backend fills /work (run.fill) once the run's
 // cgroup exists, before the program starts.
-func newRun(id, runDir string, req *oci.Request, uid, gid uint32) (_ *run, retErr error) {
-	r := &run{id: id, limits: req.Limits, collect: req.Collect, workspace: req.Workspace, onOutput: req.OnOutput,
+func newRun(id, runDir string, req *oci.Request, uid, gid uint32, live *liveDisk) (_ *run, retErr error) {
+	r := &run{live: live, id: id, limits: req.Limits, collect: req.Collect, workspace: req.Workspace, onOutput: req.OnOutput,
 		runDir: runDir, stdin: req.Stdin, stream: req.StdinStream, stop: make(chan oci.StopReason, 1), exited: make(chan struct{})}
 	defer func() {
 		if retErr != nil {
 			r.cleanup()
 		}
 	}()
-	work, err := mountWork(runDir, req, uid, gid)
+	var work string
+	var err error
+	if live != nil {
+		work, err = live.mount(runDir)
+	} else {
+		work, err = mountWork(runDir, req, uid, gid)
+	}
 	r.work = work
 	if err != nil {
 		return nil, err
@@ -347,6 +357,18 @@ func (r *run) cleanup() error {
 		}
 	}
 	var errs []error
+	if r.live != nil {
+		// Before anything below runDir is removed: RemoveAll must never
+		// descend into the sandbox's disk.
+		left, err := r.live.unmount()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if left {
+			return errors.Join(errs...)
+		}
+		r.work = ""
+	}
 	if r.work != "" {
 		if err := unix.Unmount(r.work, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", r.work, err))

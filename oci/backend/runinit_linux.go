@@ -94,10 +94,24 @@ func initExe() (*os.File, error) {
 // returns the pipe's read end for programStatus and started, which closes
 // sandcell's copies of the write end and EXE once libcontainer has started
 // init.
-func underInit(p *libcontainer.Process) (status *os.File, started func(), err error) {
+//
+// With agent set, p has no program: the init runs in agent mode
+// (sc_init_agent) with agent, its control socket, in the status pipe's
+// place; status is nil, and started closes sandcell's copy of agent.
+func underInit(p *libcontainer.Process, agent *os.File) (status *os.File, started func(), err error) {
 	exe, err := initExe()
 	if err != nil {
 		return nil, nil, err
+	}
+	if agent != nil {
+		p.Args = nil
+		first := strconv.Itoa(3 + len(p.ExtraFiles))
+		p.Args = []string{"/proc/self/fd/" + first, zygote.InitArg, first}
+		p.ExtraFiles = slices.Concat(p.ExtraFiles, []*os.File{exe, agent})
+		return nil, func() {
+			agent.Close()
+			exe.Close()
+		}, nil
 	}
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {

@@ -31,7 +31,7 @@ func TestInitExecutable(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := &libcontainer.Process{Args: c.args}
-			status, started, err := underInit(p)
+			status, started, err := underInit(p, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

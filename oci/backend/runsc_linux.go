@@ -222,7 +222,7 @@ func (g *Runsc) prepare(ctx context.Context, req *oci.Request, ahead bool) (_ *g
 	r := g.lc
 	id := r.newID()
 	uid, gid := r.SandboxIDs()
-	run, err := newRun(id, filepath.Join(r.dir, "runs", id), req, uid, gid)
+	run, err := newRun(id, filepath.Join(r.dir, "runs", id), req, uid, gid, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -227,10 +227,29 @@ func awaitNoSandbox(t *testing.T, stateDir string) bool {
 }
 
 func testCrashRecovery(t *testing.T, fork bool) {
+	testCrashRecoveryOf(t, fork, "")
+}
+
+// TestLiveCrashRecovery: a live sandbox ends with its server's kill -9
+// like a run (nothing of it left running, mounted or in a cgroup), and its
+// files are on its disk for a sandbox re-created there.
+func TestLiveCrashRecovery(t *testing.T) {
+	testutil.RequireRoot(t)
+	upper := filepath.Join(t.TempDir(), "upper")
+	e := testCrashRecoveryOf(t, false, upper)
+	s := e.startLive(t, upper, 32<<20)
+	if ex, o := runLive(t, s, sh("cat /home/user/f")); ex.ExitCode != 0 || o.get(api.StreamStdout) != "kept\n" {
+		t.Errorf("the file written before the crash: %+v %q %q", ex, o.get(api.StreamStdout), o.get(api.StreamStderr))
+	}
+}
+
+// testCrashRecoveryOf is TestCrashRecovery's, with a live sandbox on the
+// disk in upper unless it is "".
+func testCrashRecoveryOf(t *testing.T, fork bool, upper string) *testEnv {
 	e := newTestEnv(t)
 	root := layerRoot(t, "sh")
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(crashEnv(e, root, fork), "SANDCELL_CRASH_CHILD=1")
+	cmd.Env = append(crashEnv(e, root, fork), "SANDCELL_CRASH_CHILD=1", "SANDCELL_CRASH_LIVE="+upper)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -282,6 +301,7 @@ func testCrashRecovery(t *testing.T, fork bool) {
 			t.Errorf("state of a dead instance left behind: %s", ent.Name())
 		}
 	}
+	return e
 }
 
 // awaitDeadInstanceGone waits up to 5 s after a crash child's SIGKILL (at
@@ -354,6 +374,9 @@ func crashChild() {
 	if err != nil {
 		fail(err)
 	}
+	if upper := os.Getenv("SANDCELL_CRASH_LIVE"); upper != "" {
+		crashLive(rt, lim, upper, fail)
+	}
 	req := &oci.Request{Root: os.Getenv("SANDCELL_CRASH_ROOT"), Args: []string{"/bin/sh", "/work/main.sh"},
 		Files: []api.File{{Path: "main.sh", Data: []byte("sleep 300\n")}}, Limits: lim}
 	c, err := rt.Prepare(context.Background(), req)
@@ -366,6 +389,33 @@ func crashChild() {
 	fmt.Println("running", c.ID())
 	c.Wait(context.Background())
 	fail(fmt.Errorf("the run ended before the kill"))
+}
+
+// crashLive is crashChild with a live sandbox on the disk in upper: it
+// writes a file in its home, leaves a process running and waits for the
+// kill.
+func crashLive(rt *backend.Libcontainer, lim limits.Set, upper string, fail func(error)) {
+	env := []string{"PATH=/usr/bin:/bin"}
+	s, err := rt.StartSandbox(context.Background(), &oci.Request{Root: os.Getenv("SANDCELL_CRASH_ROOT"), Env: env, Limits: lim},
+		oci.SandboxOptions{UpperDir: upper, DiskBytes: 32 << 20, Home: "/home/user"})
+	if err != nil {
+		fail(err)
+	}
+	for _, line := range []string{"echo kept > /home/user/f", "sleep 300"} {
+		p, err := s.Exec(context.Background(), oci.ProcSpec{Args: []string{"/bin/sh", "-c", line}, Env: env, UID: 1000, GID: 1000, Cwd: "/"})
+		if err != nil {
+			fail(err)
+		}
+		if line == "sleep 300" {
+			break
+		}
+		if ex, err := p.Wait(context.Background()); err != nil || ex.ExitCode != 0 {
+			fail(fmt.Errorf("%s: %+v %v", line, ex, err))
+		}
+	}
+	fmt.Println("running", s.ID())
+	<-s.Exited()
+	fail(fmt.Errorf("the sandbox ended before the kill"))
 }
 
 // crashRuntime is the runtime of a crash child (crashChild,

@@ -26,6 +26,7 @@ import (
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/limits"
+	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/oci/backend"
 	"github.com/sandcell/sandcell/rootfs"
 	"github.com/sandcell/sandcell/runtimes"
@@ -313,9 +314,14 @@ func (c *Config) Runtimes(log *slog.Logger, poolBusy func() bool) runtimes.Confi
 	}
 }
 
-// Executor is the executor's options over the runtimes rts and the store.
+// Executor is the executor's options over the runtimes rts and the store;
+// live sandboxes start on rts when it can start them (runtimes.Set).
 func (c *Config) Executor(log *slog.Logger, rts executor.Runtimes, store *rootfs.Store) executor.Options {
-	return executor.Options{Settings: c.Settings, Runtimes: rts, Store: store, Logger: log}
+	o := executor.Options{Settings: c.Settings, Runtimes: rts, Store: store, Logger: log}
+	if lr, ok := rts.(oci.LiveRuntime); ok {
+		o.Sandboxes = lr
+	}
+	return o
 }
 
 // Opened is an executor and the runtimes under it (the benchmark and

@@ -55,6 +55,22 @@ const (
 // InitArg is argv[1] of the run's init started by libcontainer (InitELF).
 const InitArg = C.SCZ_INIT_ARG
 
+// A live sandbox's init in agent mode (runinit.c, sc_init_agent): its
+// requests and reports, their sizes and bounds (zygote.h).
+const (
+	AgentSpawn      = C.SCZ_AGENT_SPAWN
+	AgentSignal     = C.SCZ_AGENT_SIGNAL
+	AgentPTY        = C.SCZ_AGENT_PTY
+	AgentSpawned    = C.SCZ_AGENT_SPAWNED
+	AgentFailed     = C.SCZ_AGENT_FAILED
+	AgentExited     = C.SCZ_AGENT_EXITED
+	AgentMaxProcs   = C.SCZ_AGENT_MAX_PROCS
+	AgentMaxReq     = C.SCZ_AGENT_MAX_REQ
+	AgentMaxStrs    = C.SCZ_AGENT_MAX_STRS
+	AgentReqSize    = C.sizeof_struct_sc_agent_req
+	AgentReportSize = C.sizeof_struct_sc_agent_msg
+)
+
 // InitELF is the run's init (runinit.c) as an executable of its own, for
 // the runs libcontainer starts: the freestanding code of this binary's
 // "scinit" section in one read-only, executable segment at a fixed

@@ -111,6 +111,38 @@ enum scz_plan_key {
 /* argv[1] of the run's init started by libcontainer (runinit.c). */
 #define SCZ_INIT_ARG "_sandcell-init"
 
+/* A live sandbox's init in agent mode (runinit.c, sc_init_agent) and
+ * sandcell talk over a SOCK_SEQPACKET socket pair, one message a
+ * request or a report, every field in the host's byte order.
+ *
+ * sandcell asks (struct sc_agent_req, then for SPAWN its strings: cwd,
+ * argv..., env..., each NUL-terminated; with SCM_RIGHTS the process's
+ * stdin, stdout and stderr, none with a terminal): */
+#define SCZ_AGENT_SPAWN 1  /* start a process in a session of its own */
+#define SCZ_AGENT_SIGNAL 2 /* signal pid's process group (one it started) */
+#define SCZ_AGENT_PTY 1    /* SPAWN flag: on a new terminal of rows x cols */
+struct sc_agent_req {
+	uint32_t op, flags;
+	int32_t pid, sig;
+	uint32_t nargv, nenv;
+	uint16_t rows, cols;
+	uint32_t pad;
+};
+/* and the init reports (struct sc_agent_msg; SPAWNED with a terminal
+ * carries its master by SCM_RIGHTS): */
+#define SCZ_AGENT_SPAWNED 1 /* pid started */
+#define SCZ_AGENT_FAILED 2  /* val: the errno of its start */
+#define SCZ_AGENT_EXITED 3  /* pid ended, val its wait status */
+struct sc_agent_msg {
+	uint32_t kind;
+	int32_t pid, val;
+	uint32_t pad;
+};
+/* Bounds: the processes it tracks at once, the size of a request. */
+#define SCZ_AGENT_MAX_PROCS 1024
+#define SCZ_AGENT_MAX_REQ (128 * 1024)
+#define SCZ_AGENT_MAX_STRS 8192
+
 /* The run's init (runinit.c): prog is the program's pid, statusfd the
  * fd that takes its status. */
 void sc_init_run(long prog, int statusfd) __attribute__((noreturn));
