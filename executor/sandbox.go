@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/limits"
@@ -183,18 +184,26 @@ func (e *Executor) template(req SandboxRequest) (tpl, lang, image string, err er
 
 // sandboxLimits are a live sandbox's limits: decided as a run's
 // (PhaseLimits: the language's adjustments, the request's, the
-// ceilings) for the sandbox's whole life: no wall clock (its lifetime is
-// the service's) and no CPU-time limit (a process's own timeout is the
-// service's too).
+// ceilings) for the sandbox's whole life: no wall clock of the backend's
+// (its lifetime and a process's own timeout are the service's), and
+// SandboxCPULifetime as each process's RLIMIT_CPU, a backstop as a
+// kernel's KernelCPULifetime is (a zero limit would be RLIMIT_CPU 0: a
+// process killed in its first second).
 func (e *Executor) sandboxLimits(lang rootfs.Language, req api.Limits) (limits.Set, []string, error) {
 	req.TimeoutMS, req.CPUTimeMS = 0, 0
 	lim, notes, err := e.PhaseLimits(lang.Limits, req)
 	if err != nil {
 		return limits.Set{}, nil, err
 	}
-	lim.Timeout, lim.CPUTime = 0, 0
+	lim.Timeout, lim.CPUTime = SandboxCPULifetime, SandboxCPULifetime
 	return lim, notes, nil
 }
+
+// SandboxCPULifetime is a live sandbox's processes' RLIMIT_CPU (and the
+// Timeout a backend's Validate asks for, which a live sandbox's backend
+// does not use as a clock): a backstop of a day of one CPU per process;
+// the sandbox's CPU quota and its lifetime are what bound it in practice.
+const SandboxCPULifetime = 24 * time.Hour
 
 // ProcessEnv is the environment of a process of the sandbox run as the
 // user named with its home, under the one rule: the plan's (image,

@@ -79,7 +79,7 @@ func TestStartSandboxPlan(t *testing.T) {
 	if v, _ := envValue(req.Env, "A"); v != "1" {
 		t.Errorf("A = %q", v)
 	}
-	if req.Limits.Timeout != 0 || req.Limits.CPUTime != 0 || req.Limits.MemoryBytes != 512<<20 {
+	if req.Limits.Timeout != SandboxCPULifetime || req.Limits.CPUTime != SandboxCPULifetime || req.Limits.MemoryBytes != 512<<20 {
 		t.Errorf("limits %+v: want no wall clock, no CPU time, 512 MiB", req.Limits)
 	}
 	if !slices.Equal(sb.Own, []string{"A=1", "PATH=/mine"}) {
