@@ -1,9 +1,10 @@
 //go:build idrange
 
 // Kept out of the suite (build tag idrange) until each run has a host id
-// range of its own (issue #37): it fails on every runc path today. Run it
-// with -tags 'seccomp netgo osusergo idrange'. SECURITY.md, "Per-user
-// kernel quotas", says why.
+// range of its own (issue #37): it fails on every runc path today, and
+// while it runs there it holds all of host root's inotify instances for
+// a few seconds. Run it with -tags 'seccomp netgo osusergo idrange'.
+// SECURITY.md, "Per-user kernel quotas", says why.
 
 package backend_test
 

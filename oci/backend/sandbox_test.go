@@ -156,7 +156,7 @@ func TestIsolationProbes(t *testing.T) {
 			{"external address reachable", got.ConnectExternal, pick(gv, "EHOSTUNREACH", "ENETUNREACH")},
 			{"stdin is /dev/null", got.StdinIsDevnull, !gv},
 			{"stdin at EOF", got.StdinEOF, true},
-			{"pid 1 is the program (gVisor) or the run's init", got.Pids[0], 1},
+			{"pid 1 is the run's init", got.Pids[0], 1},
 		}
 		// A current runsc (make runsc) answers two probes differently from
 		// Debian's 2022 one: it reports NoNewPrivs (1), and an unroutable
