@@ -309,11 +309,9 @@ func (e *rootlessEnv) checkIsolation(t *testing.T) {
 		{"no host file", !p.HostProbeFile},
 		{"host loopback unreachable", p.ConnectHostLoopback != "ok"},
 		{"no external network", p.ConnectExternal != "ok"},
-		// Under runc the run's init is PID 1 and the probe its only
-		// child (oci/backend/runinit_linux.go); gVisor has no init of
-		// ours, the probe is PID 1 there.
-		{"alone in its pid namespace", (e.isolation == "gvisor" && len(p.Pids) == 1 && p.Pids[0] == 1) ||
-			(e.isolation != "gvisor" && len(p.Pids) == 2 && p.Pids[0] == 1)},
+		// The run's init is PID 1 and the probe its only child
+		// (oci/backend/runinit_linux.go), under runc and gVisor alike.
+		{"alone in its pid namespace", len(p.Pids) == 2 && p.Pids[0] == 1},
 		{"only fds 0-2 (and the probe's own)", len(p.OpenFDs) <= 4},
 		{"no server environment", p.Env["USER"] == "" && p.Env["XDG_CACHE_HOME"] == ""},
 	} {

@@ -1,6 +1,8 @@
 package backend
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -143,4 +145,79 @@ func countInit(spec *specs.Spec) {
 			spec.Process.Rlimits[i].Soft, spec.Process.Rlimits[i].Hard = l.Soft+1, l.Hard+1
 		}
 	}
+}
+
+// underGVisorInit makes a gVisor run's spec start the run's init. runsc
+// passes no fd into its sandbox but stdio, so neither can the executable
+// be a memfd nor its status a pipe, and a bind mount needs a mountpoint in
+// the read-only root (runsc's gofer makes it there): so both are files in
+// the run's /work (writeGVisorInit), under names drawn at random: the
+// executable and a status file, which the init opens and then unlinks
+// with its executable before it starts the program (runinit.c). It
+// returns the two names.
+func underGVisorInit(spec *specs.Spec) ([]string, error) {
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+	}
+	tag := hex.EncodeToString(rnd[:])
+	names := []string{".sandcell-init-" + tag, ".sandcell-status-" + tag}
+	dir := oci.WorkDir + "/"
+	spec.Process.Args = slices.Concat([]string{dir + names[0], zygote.InitArg, dir + names[1]}, spec.Process.Args)
+	countInit(spec)
+	return names, nil
+}
+
+// writeGVisorInit writes the files underGVisorInit named into the run's
+// /work once it is filled (a fill wants it empty) and before the program
+// starts: the executable (root's, mode 0555) and the status file of the
+// sandbox's uid (uid, gid), which it returns open for programStatus. The
+// program finds neither. /work's tmpfs is grown by what they take (a few
+// pages), so a /work filled to its quota still has room for them; the
+// status file holds its 5 bytes from the start (zeros: no status), so the
+// init's write needs no new page when the program has filled /work.
+func writeGVisorInit(work string, names []string, uid, gid uint32, workSize int64) (*os.File, error) {
+	code, err := initCode()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+	}
+	const page = 4096
+	slack := (int64(len(code))+page-1)/page*page + page
+	if err := unix.Mount("", work, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, "size="+strconv.FormatInt(workSize+slack, 10)); err != nil {
+		return nil, fmt.Errorf("%w: room in /work for the run's init: %w", oci.ErrRuntime, err)
+	}
+	root, err := os.OpenRoot(work)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+	}
+	defer root.Close()
+	write := func(name string, data []byte, mode os.FileMode) (*os.File, error) {
+		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, mode)
+		if err != nil {
+			return nil, err
+		}
+		if _, err = f.Write(data); err == nil {
+			_, err = f.Seek(0, 0)
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		return f, nil
+	}
+	exe, err := write(names[0], code, 0o555)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the run's init in /work: %w", oci.ErrRuntime, err)
+	}
+	exe.Close()
+	status, err := write(names[1], make([]byte, 5), 0o600)
+	if err == nil {
+		if err = status.Chown(int(uid), int(gid)); err != nil {
+			status.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: the run's init status in /work: %w", oci.ErrRuntime, err)
+	}
+	return status, nil
 }

@@ -27,9 +27,11 @@ func forEachRuncPath(t *testing.T, f func(t *testing.T, e *testEnv)) {
 // the verdict names the signal (issue #37). When the program was PID 1 of
 // its pid namespace the kernel dropped them: raise and kill "survived",
 // abort and assert ended in SIGSEGV, the write past RLIMIT_FSIZE failed
-// quietly, and 50 orphans stayed zombies.
+// quietly, and 50 orphans stayed zombies. gVisor's kernel does the same to
+// the init of its sandbox, and runsc reported a death by signal N as the
+// code 128+N without the signal's name.
 func TestSelfSignals(t *testing.T) {
-	forEachRuncPath(t, func(t *testing.T, e *testEnv) {
+	forEachBackend(t, func(t *testing.T, e *testEnv) {
 		probe := buildProbe(t, "selfsignal.c")
 		for _, c := range []struct {
 			mode   string
@@ -64,6 +66,38 @@ func TestSelfSignals(t *testing.T) {
 				t.Errorf("python os.kill(getpid, SIGTERM): signal %q exit %d stdout %q, want SIGTERM, 143, nothing", res.Signal, res.ExitCode, res.Stdout)
 			}
 		})
+	})
+}
+
+// TestInitStatusOutOfReach: the program cannot forge its verdict through
+// the channel its init reports the program's status on. It finds nothing
+// of the init in /work (where a gVisor run's init and status file are
+// until the init has unlinked them). gVisor's 2022 /proc lets it open the
+// init's fds through /proc/1/fd (Linux's does not: the init is not
+// dumpable), so a child of the program that outlives it writes a forged
+// status (SIGKILL) there without a pause: the init kills every process of
+// the sandbox before it writes the program's, so its own write is last.
+func TestInitStatusOutOfReach(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *testEnv) {
+		res := e.run(t, "python", `import os
+print([n for n in os.listdir('/work') if n.startswith('.sandcell')], flush=True)
+fds = []
+for fd in range(3, 64):
+    try:
+        fds.append(os.open('/proc/1/fd/%d' % fd, os.O_WRONLY))
+    except OSError:
+        pass
+if fds and os.fork() == 0:
+    while True:
+        for fd in fds:
+            try:
+                os.pwrite(fd, b'S\x09\x00\x00\x00', 0)
+            except OSError:
+                pass
+`, limits.Set{})
+		if res.Status != api.StatusOK || res.Signal != "" || res.Stdout != "[]\n" {
+			t.Errorf("status %s signal %q stdout %q stderr %q, want ok, no signal, and no file of the init in /work", res.Status, res.Signal, res.Stdout, res.Stderr)
+		}
 	})
 }
 

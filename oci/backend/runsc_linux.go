@@ -256,6 +256,9 @@ func (g *Runsc) prepare(ctx context.Context, req *oci.Request, ahead bool) (_ *g
 	if r.cfg.SingleID {
 		withoutUserNS(spec)
 	}
+	if c.initFiles, err = underGVisorInit(spec); err != nil {
+		return nil, err
+	}
 	bundle := filepath.Join(run.runDir, "bundle")
 	if err := oci.WriteBundle(bundle, spec); err != nil {
 		return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
@@ -345,6 +348,9 @@ func (g *Runsc) prepare(ctx context.Context, req *oci.Request, ahead bool) (_ *g
 	if err := run.fill(ctx, fh, req, uid, gid, target); err != nil {
 		return nil, err
 	}
+	if c.status, err = writeGVisorInit(run.work, c.initFiles, uid, gid, req.WorkSize()); err != nil {
+		return nil, err
+	}
 	if ahead {
 		readyW.Close()
 		if err := c.create(ctx, readyR); err != nil {
@@ -406,14 +412,16 @@ func GVisorResources(r *specs.LinuxResources) *specs.LinuxResources {
 // gvContainer is one gVisor sandbox.
 type gvContainer struct {
 	*run
-	g        *Runsc
-	cmd      *exec.Cmd
-	hold     *os.File // writing to it lets the holder exec runsc
-	cg       cgroups.Manager
-	cgConfig *cgroups.Cgroup
-	ps       *os.ProcessState
-	cpuBase  time.Duration
-	lastCPU  atomic.Int64 // the watchdog's last reading without a cgroup (ns)
+	g         *Runsc
+	cmd       *exec.Cmd
+	hold      *os.File // writing to it lets the holder exec runsc
+	status    *os.File // the run's init writes the program's status there
+	initFiles []string // the init's files in /work, which it removes
+	cg        cgroups.Manager
+	cgConfig  *cgroups.Cgroup
+	ps        *os.ProcessState
+	cpuBase   time.Duration
+	lastCPU   atomic.Int64 // the watchdog's last reading without a cgroup (ns)
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -507,7 +515,9 @@ func treeCPU(root int) time.Duration {
 func (c *gvContainer) reap() {
 	_ = c.cmd.Wait()
 	c.ps = c.cmd.ProcessState
-	c.exitedWith(c.ps.Sys().(syscall.WaitStatus))
+	// runsc's status is the init's: the program's code, or 128+N for
+	// its signal N, whose name only the init's status file has.
+	c.exitedWith(programStatus(c.ps.Sys().(syscall.WaitStatus), c.status))
 }
 
 // holderGone tells whether an idle sandbox's holder is exiting or gone
@@ -606,6 +616,21 @@ func (c *gvContainer) usage() limits.Usage {
 // (it fails when runsc run already deleted the container, after waiting
 // for it).
 func (c *gvContainer) settle() error {
+	err := c.empty()
+	if err == nil {
+		// A sandbox that ended before its init ran left the init's
+		// files, which are not the program's.
+		for _, name := range c.initFiles {
+			if rerr := os.Remove(filepath.Join(c.work, name)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				err = fmt.Errorf("%w: remove the run's init from /work: %w", oci.ErrRuntime, rerr)
+			}
+		}
+	}
+	return err
+}
+
+// empty waits until no process of the sandbox is left (see settle).
+func (c *gvContainer) empty() error {
 	if c.cg == nil {
 		c.g.deleteForce(c.runDir, c.id)
 		return nil
@@ -729,6 +754,9 @@ func (c *gvContainer) destroy() error {
 		}
 	}
 	c.drain() // every writer of the streams is dead now
+	if c.status != nil {
+		c.status.Close()
+	}
 	if err := c.cleanup(); err != nil {
 		errs = append(errs, err)
 	}

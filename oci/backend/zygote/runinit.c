@@ -17,17 +17,20 @@
  *     process of the sandbox itself (kill(1, ...), kill(0, ...)) is
  *     dropped, as a host's init drops it;
  *   - reaps every child, the orphans reparented to it included;
- *   - once the program ends, writes SCZ_STATUS and its wait status to
- *     statusfd (a fd only the init holds: the program never has it, so
- *     it cannot forge its verdict) and exits with the shell's rendering
- *     of it (the code, or 128+N).
+ *   - once the program ends, kills what is left of the run (as its own
+ *     exit would a moment later), reaps it, writes SCZ_STATUS and the
+ *     program's wait status to statusfd (a fd only the init holds: the
+ *     program never has it, so it cannot forge its verdict; its last
+ *     writer) and exits with the shell's rendering of it (the code, or
+ *     128+N).
  * It allocates nothing, holds no fd but statusfd, blocks every signal
  * (it takes them with rt_sigtimedwait) and is not dumpable, so the
  * program (same uid, no capabilities) can neither ptrace it nor read its
  * /proc/1/{mem,environ,exe}. It runs under the program's seccomp filter,
  * rlimits and no_new_privs, and needs only clone, rt_sigprocmask,
- * rt_sigtimedwait, wait4, kill, write, close_range, prctl, execve and
- * exit_group (all in sandcell's filter).
+ * rt_sigtimedwait, wait4, kill, getpid, write, close_range (close where a kernel
+ * has none), prctl, execve and exit_group, and under gVisor openat and
+ * unlinkat (all in sandcell's filters; gVisor's 2022 kernel has each).
  *
  * Two ways in:
  *   - The fork server's child clones the program once set up and calls
@@ -40,7 +43,18 @@
  *     (no PROGRAM: a live sandbox's init in agent mode, sc_init_agent,
  *     FIRST+1 its control socket)
  *     (FIRST: that memfd, passed after the program's own fds; FIRST+1:
- *     the write end of the status pipe). It is freestanding (no libc, no
+ *     the write end of the status pipe).
+ *   - A gVisor run execs the same executable from a file: runsc passes
+ *     no fd but stdio into its sandbox, so the status goes to a file
+ *     sandcell made in the run's /work and holds open on the host, next
+ *     to the executable (underGVisorInit), argv
+ *       /work/EXE SCZ_INIT_ARG /work/STATUS PROGRAM ARGS...
+ *     The init opens STATUS and unlinks it and EXE before the program
+ *     starts: the program finds neither, and no path leads it to the
+ *     status but /proc/1/fd/N, which gVisor's 2022 /proc opens for it
+ *     (Linux's does not: the init is not dumpable); what it writes there
+ *     the init overwrites once nothing else of the run is left.
+ *     It is freestanding (no libc, no
  *     data outside its section, no relocation): it runs on whatever root
  *     the run has, and sandcell's own binary may be dynamically linked.
  *     The program is searched in the environment's PATH as execvp does.
@@ -52,6 +66,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <fcntl.h>
@@ -128,6 +143,7 @@ SCINLINE long sc_opaque(long v)
 #define SC_T_OTHER 254
 #define SC_T_SEP 249
 #define SC_T_PTMX 248
+#define SC_T_STATUS 247
 #define SC_TEXT(code, text) ".byte " SC_XSTR(code) "\n.asciz \"" text "\"\n"
 __asm__(".pushsection scinit,\"ax\",@progbits\n"
 	"sc_init_texts:\n"
@@ -151,6 +167,7 @@ __asm__(".pushsection scinit,\"ax\",@progbits\n"
 	SC_TEXT(SC_T_OTHER, "cannot run")
 	SC_TEXT(SC_T_SEP, ": ")
 	SC_TEXT(SC_T_PTMX, "/dev/ptmx")
+	SC_TEXT(SC_T_STATUS, "sandcell: the run's init: status file: ")
 	".byte 0\n"
 	".popsection\n");
 
@@ -200,8 +217,9 @@ SCINIT_EXT void sc_init_run(long prog, int statusfd)
 {
 	/* Nothing of the program's: its stdout and stderr must reach EOF
 	 * when it ends, whatever PID 1 does. */
-	if (statusfd > 0)
-		sc_sys(SYS_close_range, 0, statusfd - 1, 0, 0);
+	if (statusfd > 0 && sc_sys(SYS_close_range, 0, statusfd - 1, 0, 0) == -ENOSYS)
+		for (int fd = 0; fd < statusfd; fd++)
+			sc_sys(SYS_close, fd, 0, 0, 0);
 	sc_sys(SYS_close_range, statusfd + 1, ~0U, 0, 0);
 	sc_sys6(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
 	/* Its name in the sandbox's ps (else the zygote's, or "3"). */
@@ -227,6 +245,19 @@ SCINIT_EXT void sc_init_run(long prog, int statusfd)
 				break;
 			if (p != prog)
 				continue;
+			/* The run ends with its program: what is left of
+			 * it dies now rather than when this init exits,
+			 * so no process but this one can write to
+			 * statusfd after it (gVisor's 2022 /proc opens
+			 * /proc/1/fd/N for a process of the same uid,
+			 * though the init is not dumpable). Only as
+			 * PID 1: kill(-1) then reaches its pid namespace
+			 * alone (TestInitExecutable runs it on the host). */
+			if (sc_sys(SYS_getpid, 0, 0, 0, 0) == 1) {
+				sc_sys(SYS_kill, -1, SIGKILL, 0, 0);
+				while (sc_sys(SYS_wait4, -1, 0, __WALL, 0) > 0)
+					;
+			}
 			unsigned char msg[5];
 			msg[0] = SCZ_STATUS;
 			for (int i = 0; i < 4; i++)
@@ -580,16 +611,34 @@ SCINIT_EXT __attribute__((noreturn)) void sc_init_main(long *sp)
 	long argc = sp[0];
 	char **argv = (char **)(sp + 1);
 	char **envp = argv + argc + 1;
-	long first = 0;
+	/* Not dumpable before the program exists: else it could reach the
+	 * status file through /proc/1/fd before sc_init_run says so. */
+	sc_sys6(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
+	long first = 0, statusfd;
 	const char *s = argc >= 3 ? argv[2] : 0;
-	for (; s && *s >= '0' && *s <= '9' && first < 1 << 20; s++)
-		first = first * 10 + (*s - '0');
-	if (!s || *s || first < 3)
-		sc_sys(SYS_exit_group, 255, 0, 0, 0);
-	/* No program: a live sandbox's init, its control socket after the
-	 * executable (sc_init_agent). */
-	if (argc == 3)
-		sc_init_agent((int)first + 1);
+	if (s && *s == '/' && argc >= 4) {
+		/* gVisor's form: the status file, unlinked once open,
+		 * and this executable. */
+		statusfd = sc_sys(SYS_openat, AT_FDCWD, s, O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+		long r = statusfd < 0 ? statusfd : sc_sys(SYS_unlinkat, AT_FDCWD, s, 0, 0);
+		if (r >= 0)
+			r = sc_sys(SYS_unlinkat, AT_FDCWD, argv[0], 0, 0);
+		if (r < 0) {
+			sc_init_say(sc_text(SC_T_STATUS), s, sc_text(SC_T_SEP), sc_text(-r));
+			sc_sys(SYS_exit_group, 255, 0, 0, 0);
+		}
+		first = statusfd;
+	} else {
+		for (; s && *s >= '0' && *s <= '9' && first < 1 << 20; s++)
+			first = first * 10 + (*s - '0');
+		if (!s || *s || first < 3)
+			sc_sys(SYS_exit_group, 255, 0, 0, 0);
+		/* No program: a live sandbox's init, its control socket after
+		 * the executable (sc_init_agent). */
+		if (argc == 3)
+			sc_init_agent((int)first + 1);
+		statusfd = first + 1;
+	}
 	uint64_t mask;
 	long prog = sc_init_fork(&mask);
 	if (prog < 0) {
@@ -597,8 +646,11 @@ SCINIT_EXT __attribute__((noreturn)) void sc_init_main(long *sp)
 		sc_sys(SYS_exit_group, 255, 0, 0, 0);
 	}
 	if (prog > 0)
-		sc_init_run(prog, (int)first + 1);
-	sc_sys(SYS_close_range, first, ~0U, 0, 0);
+		sc_init_run(prog, (int)statusfd);
+	/* The program holds neither the init's executable nor its status. */
+	if (sc_sys(SYS_close_range, first, ~0U, 0, 0) == -ENOSYS)
+		for (long fd = first; fd <= statusfd; fd++)
+			sc_sys(SYS_close, fd, 0, 0, 0);
 
 	const char *name = argv[3];
 	int slash = 0;
