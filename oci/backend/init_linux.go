@@ -3,6 +3,7 @@ package backend
 import (
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/opencontainers/runc/libcontainer"
 	// nsenter's C constructor does the namespace work of the container's
@@ -17,6 +18,16 @@ import (
 // anything else in main's package init. It does not return in that case
 // (the program is exec'd), and returns at once otherwise.
 func Init() {
+	// The main goroutine keeps the main thread for the process's life, so
+	// that no other goroutine ever runs on it. A goroutine that locks its
+	// thread, enters a container's namespace and exits ends its thread
+	// (libcontainer's mount source thread, inNetns): except the main
+	// thread, which Go never ends but parks, still in that namespace. A
+	// container's mount namespace kept that way pinned its mounts for the
+	// server's life (a run's /work tmpfs; a live sandbox's disk, which a
+	// re-create would then mount twice). Init runs in main's package init,
+	// on the main thread.
+	runtime.LockOSThread()
 	if len(os.Args) < 2 {
 		return
 	}

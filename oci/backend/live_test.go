@@ -273,6 +273,15 @@ func TestLiveDiskBound(t *testing.T) {
 	if err != nil || u.DiskBytes < disk/2 || u.MemoryBytes <= 0 {
 		t.Errorf("usage = %+v, %v", u, err)
 	}
+	// Re-created with a larger quota, the disk grows, its files kept.
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	s = e.startLive(t, upper, 2*disk)
+	ex, o = runLive(t, s, sh("rm /home/user/big && dd if=/dev/zero of=/home/user/big bs=1M count=48 2>&1 && echo ok"))
+	if ex.ExitCode != 0 || !strings.HasSuffix(o.get(api.StreamStdout), "ok\n") {
+		t.Errorf("48 MiB on a disk grown to 64: %+v %q %q", ex, o.get(api.StreamStdout), o.get(api.StreamStderr))
+	}
 }
 
 // TestLivePause: a paused sandbox runs nothing until resumed.

@@ -52,6 +52,7 @@ type liveDisk struct {
 	user     uint32 // the default user's uid and gid inside
 
 	lock   *os.File // disk.img, flocked while mounted: never two mounts of one image
+	loop   string   // the loop device's /sys/block entry (loopN)
 	disk   string   // runDir/disk: the ext4 mount
 	root   string   // runDir/root: the overlay, the sandbox's /
 	mounts []string // mounted, in order
@@ -73,7 +74,7 @@ func (d *liveDisk) mount(runDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := loopMount(img, d.disk); err != nil {
+	if d.loop, err = loopMount(img, d.disk); err != nil {
 		return "", err
 	}
 	d.mounts = append(d.mounts, d.disk)
@@ -176,7 +177,38 @@ func (d *liveDisk) image() (string, error) {
 		return "", fmt.Errorf("%w: the disk %s is in use by another sandbox: %w", oci.ErrInvalidRequest, img, err)
 	}
 	d.lock = f
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+	}
+	if st.Size() < d.bytes {
+		if err := growImage(f, img, d.bytes); err != nil {
+			return "", err
+		}
+	}
 	return img, nil
+}
+
+// growImage grows the disk of a sandbox re-created with a larger quota
+// (offline: checked, then resized). A smaller quota keeps the disk as it
+// is: shrinking could lose files; the quota it was made with still bounds
+// it.
+func growImage(f *os.File, img string, size int64) error {
+	// e2fsck -p: 0 clean, 1 errors fixed; resize2fs wants a checked fs.
+	out, err := exec.Command("e2fsck", "-f", "-p", img).CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 1 {
+		err = nil
+	}
+	if err == nil {
+		if err = f.Truncate(size); err == nil {
+			out, err = exec.Command("resize2fs", img).CombinedOutput()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: grow the sandbox's disk to %d bytes: %w: %s", oci.ErrRuntime, size, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // makeImage writes a sparse ext4 image of size bytes at img (through a
@@ -210,27 +242,28 @@ func makeImage(img string, size int64) error {
 }
 
 // loopMount attaches img to a free loop device (detached by the kernel
-// once unmounted: LO_FLAGS_AUTOCLEAR) and mounts it at dir.
-func loopMount(img, dir string) error {
+// once unmounted: LO_FLAGS_AUTOCLEAR) and mounts it at dir. It returns the
+// device's name (loopN).
+func loopMount(img, dir string) (string, error) {
 	f, err := os.OpenFile(img, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+		return "", fmt.Errorf("%w: %w", oci.ErrRuntime, err)
 	}
 	defer f.Close()
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+		return "", fmt.Errorf("%w: %w", oci.ErrRuntime, err)
 	}
 	defer ctl.Close()
 	for try := 0; ; try++ {
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
-			return fmt.Errorf("%w: free loop device: %w", oci.ErrRuntime, err)
+			return "", fmt.Errorf("%w: free loop device: %w", oci.ErrRuntime, err)
 		}
 		dev := "/dev/loop" + strconv.Itoa(n)
 		lf, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("%w: %w", oci.ErrRuntime, err)
+			return "", fmt.Errorf("%w: %w", oci.ErrRuntime, err)
 		}
 		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
 		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
@@ -242,16 +275,16 @@ func loopMount(img, dir string) error {
 		}
 		if err != nil {
 			lf.Close()
-			return fmt.Errorf("%w: attach %s: %w", oci.ErrRuntime, dev, err)
+			return "", fmt.Errorf("%w: attach %s: %w", oci.ErrRuntime, dev, err)
 		}
 		err = unix.Mount(dev, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "")
 		// Closed: the mount holds the device now (or, failed, nothing
 		// does and autoclear detaches it).
 		lf.Close()
 		if err != nil {
-			return fmt.Errorf("%w: mount the sandbox's disk: %w", oci.ErrRuntime, err)
+			return "", fmt.Errorf("%w: mount the sandbox's disk: %w", oci.ErrRuntime, err)
 		}
-		return nil
+		return "loop" + strconv.Itoa(n), nil
 	}
 }
 
@@ -283,12 +316,40 @@ func (d *liveDisk) unmount() (left bool, _ error) {
 	if left {
 		return true, errors.Join(errs...)
 	}
+	// The disk's filesystem outlives its unmount while anything still
+	// holds it: the overlay's own reference to its upper layer, released
+	// with the sandbox's mount namespace, which the kernel tears down
+	// asynchronously (delayed_mntput) after the last process's exit. A
+	// re-create mounting the image meanwhile would see a stale
+	// filesystem and later have it overwritten: the lock is kept until
+	// the loop device is gone (autoclear: at the filesystem's last close).
+	if d.loop != "" {
+		if b, ok := awaitLoopDetached(d.loop, d.lock.Name(), 10*time.Second); !ok {
+			return true, errors.Join(append(errs, fmt.Errorf("the disk's %s is still attached to %s", d.loop, b))...)
+		}
+	}
 	d.mounts = nil
 	if d.lock != nil {
 		d.lock.Close()
 		d.lock = nil
 	}
 	return false, errors.Join(errs...)
+}
+
+// awaitLoopDetached waits up to d for loop device name to be detached
+// from img (no backing file, or another's: the device was detached and
+// taken again), and says whether it is, or what its backing file is.
+func awaitLoopDetached(name, img string, d time.Duration) (string, bool) {
+	f := "/sys/block/" + name + "/loop/backing_file"
+	for deadline := time.Now().Add(d); ; time.Sleep(2 * time.Millisecond) {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) || (err == nil && strings.TrimSpace(string(b)) != img) {
+			return "", true
+		}
+		if time.Now().After(deadline) {
+			return string(b), false
+		}
+	}
 }
 
 // used is what the disk holds now, in bytes as the host pays them.
