@@ -155,6 +155,19 @@ func UnavailableLanguages() []Unavailable {
 	return out
 }
 
+// LookupUnavailable finds an unavailable language by its name or Piston's
+// name for it, case-insensitively.
+func LookupUnavailable(name string) (Unavailable, bool) {
+	k := strings.ToLower(strings.TrimSpace(name))
+	for _, u := range cat().Unavailable {
+		if u.Name == k || u.Piston == k {
+			u.Judge0 = slices.Clone(u.Judge0)
+			return u, true
+		}
+	}
+	return Unavailable{}, false
+}
+
 // languagesJSON is the catalogue. It is data, not code: adding a language is
 // an edit to languages.json.
 //
@@ -378,11 +391,8 @@ func Lookup(name string) (Language, error) {
 	if l, ok := lookup(name); ok {
 		return l.clone(), nil
 	}
-	k := strings.ToLower(strings.TrimSpace(name))
-	for _, u := range cat().Unavailable {
-		if u.Name == k || u.Piston == k {
-			return Language{}, fmt.Errorf("%w %q: unavailable: %s", ErrUnknownLanguage, name, u.Reason)
-		}
+	if u, ok := LookupUnavailable(name); ok {
+		return Language{}, fmt.Errorf("%w %q: unavailable: %s", ErrUnknownLanguage, name, u.Reason)
 	}
 	return Language{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownLanguage, name, strings.Join(Names(), ", "))
 }
