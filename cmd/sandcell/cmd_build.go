@@ -268,6 +268,17 @@ func printLanguages(env *cliEnv, sts []rootfs.Status) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%v\t%s\n", st.Language, strings.Join(st.Aliases, ","), cmpOr(st.Version, "-"), st.Compiled, st.Wasm, state)
 	}
 	w.Flush()
+	// The languages other judges offer that the catalogue cannot (issue
+	// #42), apart: none of them is a --lang this server takes.
+	if un := rootfs.UnavailableLanguages(); len(un) > 0 {
+		fmt.Fprintln(env.stdout)
+		w = tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "UNAVAILABLE\tREASON")
+		for _, u := range un {
+			fmt.Fprintf(w, "%s\t%s\n", u.Name, u.Reason)
+		}
+		w.Flush()
+	}
 	// Imported images are run environments for any language (--image,
 	// the MCP tools' image argument); 'sandcell image list --json' lists
 	// them as JSON.

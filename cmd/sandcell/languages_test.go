@@ -143,6 +143,21 @@ func TestLanguagesAndRootfsList(t *testing.T) {
 			}
 		}
 	}
+	// The table lists the unavailable languages apart, each with its
+	// reason (issue #42); the JSON lists runnable languages only.
+	code, out, errOut := cli(t, "", "languages")
+	head, unavailable, found := strings.Cut(out, "\nUNAVAILABLE ")
+	if code != 0 || !found {
+		t.Fatalf("languages: exit %d, no UNAVAILABLE section:\n%s%s", code, out, errOut)
+	}
+	for _, u := range rootfs.UnavailableLanguages() {
+		if !strings.Contains(unavailable, "\n"+u.Name+" ") || !strings.Contains(unavailable, u.Reason) {
+			t.Errorf("languages: %s is not listed as unavailable with its reason %q", u.Name, u.Reason)
+		}
+		if strings.Contains(head, "\n"+u.Name+" ") {
+			t.Errorf("languages: %s listed among the languages", u.Name)
+		}
+	}
 	if code, _, errOut := cli(t, "", "rootfs", "list", "--bogus"); code != 2 {
 		t.Errorf("bad flag: exit %d %s, want 2", code, errOut)
 	}
