@@ -70,10 +70,36 @@ func lowerStatus(ctx context.Context, pkgs []Package, debs string) ([]byte, erro
 		if err != nil {
 			return nil, fmt.Errorf("control fields of %s: %w", deb, err)
 		}
-		b.Write(bytes.TrimRight(control, "\n"))
+		b.Write(withoutProvides(bytes.TrimRight(control, "\n")))
 		b.WriteString("\nStatus: install ok installed\n\n")
 	}
 	return b.Bytes(), nil
+}
+
+// withoutProvides drops the Provides field (and its continuation lines)
+// from control fields. An installed package that provides a virtual one
+// would satisfy a dependency on it, where the build without the lowers'
+// status installed the dependency's first alternative: groovy's
+// "default-jre-headless | java8-runtime-headless" took the JDK below as the
+// runtime and left out default-jre-headless, whose /usr/lib/jvm/default-java
+// groovy's script runs. Without Provides, apt resolves as before and at
+// worst installs a lower package again into the layer.
+func withoutProvides(control []byte) []byte {
+	var out [][]byte
+	skip := false
+	for _, line := range bytes.Split(control, []byte("\n")) {
+		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			if !skip {
+				out = append(out, line)
+			}
+			continue
+		}
+		skip = bytes.HasPrefix(line, []byte("Provides:"))
+		if !skip {
+			out = append(out, line)
+		}
+	}
+	return bytes.Join(out, []byte("\n"))
 }
 
 // lowerPackages are the packages of the layers lower (ids, top first), the

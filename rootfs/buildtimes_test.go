@@ -47,3 +47,13 @@ func TestPhaseClock(t *testing.T) {
 		t.Errorf("attrs %v", times.attrs())
 	}
 }
+
+// TestWithoutProvides: a lower package's Provides (and its continuation
+// lines) is left out of the status apt is given, the other fields kept.
+func TestWithoutProvides(t *testing.T) {
+	in := "Package: openjdk-17-jre-headless\nVersion: 17\nProvides: java-runtime-headless,\n java8-runtime-headless\nDepends: libc6\nDescription: x\n more"
+	want := "Package: openjdk-17-jre-headless\nVersion: 17\nDepends: libc6\nDescription: x\n more"
+	if got := string(withoutProvides([]byte(in))); got != want {
+		t.Errorf("withoutProvides:\n%s\nwant\n%s", got, want)
+	}
+}
