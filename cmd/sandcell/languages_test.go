@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,15 +67,92 @@ func TestEveryLanguage(t *testing.T) {
 	}
 }
 
+// hostileProbes are the hostile corpus's core probes as per-language
+// programs (rootfs/testdata/programs/<lang>/<probe>.*, issue #42), in the
+// languages that can express them: the CLI flags of the corpus entry's
+// limits, and the verdicts its entries expect (cpu_spin, output_flood_lines,
+// memory_hog, fork_bomb_c or fork_bomb_sh).
+var hostileProbes = []struct {
+	name  string
+	flags func(rootfs.Language) []string
+	check func(r runResult) bool
+}{
+	{"infinite_loop", func(rootfs.Language) []string { return []string{"--timeout", "2s"} },
+		func(r runResult) bool {
+			return r.Status == "timeout" && strings.Contains(r.Message, "wall-clock limit of 2s")
+		}},
+	{"output_flood", func(rootfs.Language) []string { return []string{"--timeout", "60s", "--output-limit", "64KiB"} },
+		func(r runResult) bool {
+			return r.Status == "output_limit" && r.StdoutTruncated && strings.Contains(r.Stdout, "flood line\nflood line\n") &&
+				strings.Contains(r.Message, "64 KiB per-stream limit")
+		}},
+	{"memory_hog", func(l rootfs.Language) []string {
+		return []string{"--timeout", "60s", "--memory", fmt.Sprintf("%dMiB", max(256, l.Limits.MemoryMB))}
+	}, func(r runResult) bool {
+		return r.Status == "memory_limit" && strings.Contains(r.Message, "memory limit of")
+	}},
+	{"fork_bomb", func(rootfs.Language) []string { return []string{"--timeout", "5s", "--pids", "32"} },
+		func(r runResult) bool {
+			return r.Status == "timeout" || r.Status == "error" && strings.Contains(r.Message, "limit of 32 processes/threads was reached")
+		}},
+}
+
+// TestEveryLanguageHostile runs the hostile corpus's core probes written
+// in each language (issue #42): an infinite loop, an output flood, a
+// memory hog and a fork bomb end with the verdicts the corpus gives them
+// in python, sh and C. Every language has at least the loop and the
+// flood; CI builds every layer, elsewhere an unbuilt one is skipped.
+func TestEveryLanguageHostile(t *testing.T) {
+	testutil.RequireRoot(t)
+	store := &rootfs.Store{Dir: layerHome()}
+	for _, lang := range rootfs.Languages() {
+		dir := filepath.Join("..", "..", "rootfs", "testdata", "programs", lang.Name)
+		for _, p := range hostileProbes {
+			m, _ := filepath.Glob(filepath.Join(dir, p.name+".*"))
+			if len(m) == 0 {
+				if (p.name == "infinite_loop" || p.name == "output_flood") && !slices.Contains(hostileOld, lang.Name) {
+					t.Errorf("%s: no %s program", lang.Name, p.name)
+				}
+				continue
+			}
+			t.Run(lang.Name+"/"+p.name, func(t *testing.T) {
+				built, err := store.Built(lang)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !built && os.Getenv("SANDCELL_BUILD_ALL") == "1" {
+					t.Fatalf("layer %s is not built, and SANDCELL_BUILD_ALL=1", lang.Name)
+				}
+				testutil.Require(t, built, "layer %s not built (sandcell rootfs build %s)", lang.Name, lang.Name)
+				r := runJSONWith(t, "", lang.Name, m[0], p.flags(lang)...)
+				if !p.check(r) {
+					t.Errorf("%s: status %s exit %d message %q stdout %.200q stderr %.300q compile_failed %v", p.name, r.Status, r.ExitCode, r.Message, r.Stdout, r.Stderr, r.CompileFailed)
+				}
+			})
+		}
+	}
+}
+
+// hostileOld are the languages from before issue #42, whose probes are the
+// hostile corpus's own (python, sh, c) or none yet.
+var hostileOld = []string{"python", "python-data", "javascript", "typescript", "bash", "sh", "go", "c", "cpp", "rust", "java", "ruby", "php", "perl", "lua"}
+
 type runResult struct {
 	Stdout, Stderr, Status, Message string
 	ExitCode                        int  `json:"exit_code"`
 	CompileFailed                   bool `json:"compile_failed"`
+	StdoutTruncated                 bool `json:"stdout_truncated"`
 }
 
 func runJSON(t *testing.T, stdin, lang, file string) runResult {
 	t.Helper()
-	args := []string{"run", "--json", "--lang", lang, file}
+	return runJSONWith(t, stdin, lang, file)
+}
+
+// runJSONWith is runJSON with more flags of sandcell run.
+func runJSONWith(t *testing.T, stdin, lang, file string, flags ...string) runResult {
+	t.Helper()
+	args := append(append([]string{"run", "--json", "--lang", lang}, flags...), file)
 	if stdin != "" {
 		args = append(args, "--stdin", "-")
 	}
