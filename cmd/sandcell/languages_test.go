@@ -241,3 +241,26 @@ func TestLanguagesAndRootfsList(t *testing.T) {
 		t.Errorf("bad flag: exit %d %s, want 2", code, errOut)
 	}
 }
+
+// TestBuildJobs: rootfs build takes --jobs and builds (here: finds built)
+// the languages it names several at a time, each reported once, and says
+// how many were built at once (issue #42: --all within 10 minutes).
+func TestBuildJobs(t *testing.T) {
+	store := &rootfs.Store{Dir: layerHome()}
+	for _, n := range []string{"sh", "bash", "python"} {
+		l, err := rootfs.Lookup(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		requireBuilt(t, store, l)
+	}
+	code, out, errOut := cli(t, "", "rootfs", "build", "--jobs", "2", "sh", "bash", "python")
+	if code != 0 {
+		t.Fatalf("rootfs build --jobs 2: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"\nsh: ready (", "\nbash: ready (", "\npython: ready (", "\n3 languages ready (", ", 2 at once)"} {
+		if strings.Count("\n"+out, want) != 1 {
+			t.Errorf("rootfs build --jobs 2: %q not once in\n%s", want, out)
+		}
+	}
+}
