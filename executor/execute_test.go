@@ -66,7 +66,7 @@ func TestLanguage(t *testing.T) {
 			t.Errorf("language(%+v) = %q, %v; want %q", tc.req, l.Name, err, tc.want)
 		}
 	}
-	for _, req := range []api.Request{{}, {Language: "cobol"}, {Script: "README"}, {Script: "x.unknownext"}} {
+	for _, req := range []api.Request{{}, {Language: "klingon"}, {Script: "README"}, {Script: "x.unknownext"}} {
 		if _, err := e.language(req); !errors.Is(err, api.ErrInvalid) || err.Error() == "" {
 			t.Errorf("language(%+v) = %v; want a refusal with a message", req, err)
 		}

@@ -170,7 +170,7 @@ func TestRefusals(t *testing.T) {
 		want error
 		text string
 	}{
-		"language":  {req: api.Request{Language: "cobol"}, want: rootfs.ErrUnknownLanguage},
+		"language":  {req: api.Request{Language: "klingon"}, want: rootfs.ErrUnknownLanguage},
 		"none":      {req: api.Request{}, want: ErrLanguage},
 		"extension": {req: api.Request{Script: "x.unknownext"}, want: ErrLanguage},
 		"source":    {req: api.Request{Language: "sh", Source: make([]byte, MaxSourceBytes+1)}, want: ErrTooLarge},
@@ -397,7 +397,7 @@ func TestInstall(t *testing.T) {
 	if err != nil || !d.Cached || admits != 1 {
 		t.Errorf("the same set again: %+v %v", d, err)
 	}
-	for _, bad := range []InstallRequest{{Language: "cobol", Packages: []string{"x"}}, {Language: "sh", Packages: []string{"x"}}, {Language: "python"}} {
+	for _, bad := range []InstallRequest{{Language: "klingon", Packages: []string{"x"}}, {Language: "sh", Packages: []string{"x"}}, {Language: "python"}} {
 		if _, err := r.Install(context.Background(), bad); !errors.Is(err, api.ErrInvalid) {
 			t.Errorf("%+v: %v", bad, err)
 		}
@@ -526,7 +526,7 @@ func TestKernel(t *testing.T) {
 	for name, kr := range map[string]KernelRequest{
 		"gvisor":    {Language: "python", Isolation: "gvisor"},
 		"no kernel": {Language: "c"},
-		"unknown":   {Language: "cobol"},
+		"unknown":   {Language: "klingon"},
 		"limits":    {Language: "python", Limits: api.Limits{MemoryMB: -1}},
 	} {
 		if _, err := r.StartKernel(context.Background(), kr); !errors.Is(err, api.ErrInvalid) {

@@ -52,6 +52,20 @@ type LanguageInfo struct {
 	Kernel   bool     `json:"kernel" jsonschema:"run_cell can keep a live interpreter of it for a session"`
 }
 
+// UnavailableInfo is a language another judge (Judge0, Piston) offers that
+// this server cannot run, and why: listed apart from the languages, never
+// as one that is merely not built.
+type UnavailableInfo struct {
+	Name   string `json:"name" jsonschema:"the language's name"`
+	Reason string `json:"reason" jsonschema:"why this server cannot run it"`
+}
+
+// Unavailable is implemented by a Sandbox that knows languages it cannot
+// run (the catalogue's unavailable list), for list_languages.
+type Unavailable interface {
+	UnavailableLanguages(ctx context.Context) ([]UnavailableInfo, error)
+}
+
 // SessionInfo describes a session.
 type SessionInfo struct {
 	SessionID string    `json:"session_id" jsonschema:"pass it to the other tools"`
@@ -436,6 +450,8 @@ func addFileTools(s *Server, sb Sandbox, o SandboxOptions) {
 type listLanguagesOutput struct {
 	Languages []LanguageInfo `json:"languages" jsonschema:"the languages this server runs"`
 	Images    []ImageInfo    `json:"images,omitempty" jsonschema:"imported images: pass one as image to run a language's program (or a command) in it"`
+	// Unavailable: issue #42.
+	Unavailable []UnavailableInfo `json:"unavailable,omitempty" jsonschema:"languages other judges offer that this server cannot run, with the reason: not accepted as language"`
 }
 
 func addListLanguages(s *Server, sb Sandbox) {
@@ -449,7 +465,12 @@ func addListLanguages(s *Server, sb Sandbox) {
 			}
 			out := listLanguagesOutput{Languages: langs}
 			if imgs, ok := sb.(Images); ok {
-				out.Images, err = imgs.Images(ctx)
+				if out.Images, err = imgs.Images(ctx); err != nil {
+					return nil, listLanguagesOutput{}, err
+				}
+			}
+			if un, ok := sb.(Unavailable); ok {
+				out.Unavailable, err = un.UnavailableLanguages(ctx)
 			}
 			return nil, out, err
 		})

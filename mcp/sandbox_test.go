@@ -47,6 +47,9 @@ var fakeLanguages = []LanguageInfo{
 	{Name: "c", Compiled: true, Source: "main.c"},
 }
 
+// fakeUnavailable are the fake sandbox's unavailable languages.
+var fakeUnavailable = []UnavailableInfo{{Name: "swift", Reason: "Swift is not packaged by Debian bookworm"}}
+
 var fakeMTime = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 var errFakeNotFound = errors.New("no such session or file")
@@ -80,6 +83,10 @@ func (f *fakeSandbox) runCount() int {
 
 func (f *fakeSandbox) Languages(context.Context) ([]LanguageInfo, error) {
 	return fakeLanguages, nil
+}
+
+func (f *fakeSandbox) UnavailableLanguages(context.Context) ([]UnavailableInfo, error) {
+	return fakeUnavailable, nil
 }
 
 func (f *fakeSandbox) CreateSession(_ context.Context, language string, ttl time.Duration) (SessionInfo, error) {
@@ -1529,7 +1536,7 @@ func TestSandboxArguments(t *testing.T) {
 		c := dialSandbox(t, s, nil)
 		r := c.tool("list_languages", map[string]any{})
 		var want any
-		if err := json.Unmarshal([]byte(mustJSON(nonNil(listLanguagesOutput{Languages: fakeLanguages}))), &want); err != nil {
+		if err := json.Unmarshal([]byte(mustJSON(nonNil(listLanguagesOutput{Languages: fakeLanguages, Unavailable: fakeUnavailable}))), &want); err != nil {
 			t.Fatal(err)
 		}
 		if r["isError"] == true || !jsonEqual(r["structuredContent"], want) || strings.Contains(mustJSON(r), "null") {
@@ -1537,6 +1544,18 @@ func TestSandboxArguments(t *testing.T) {
 		}
 		if !strings.Contains(resText(r), `"python3"`) {
 			t.Errorf("text block %q lacks the languages", resText(r))
+		}
+		// Issue #42: the languages a judge offers that the server cannot
+		// run are listed apart from the runnable ones, each with its reason.
+		sc, _ := r["structuredContent"].(map[string]any)
+		un, _ := sc["unavailable"].([]any)
+		if len(un) != 1 || mustJSON(un[0]) != `{"name":"swift","reason":"Swift is not packaged by Debian bookworm"}` {
+			t.Errorf("list_languages' unavailable: %s, want swift with its reason", mustJSON(sc["unavailable"]))
+		}
+		for _, l := range sc["languages"].([]any) {
+			if l.(map[string]any)["name"] == "swift" {
+				t.Errorf("swift listed as a language: %s", mustJSON(l))
+			}
 		}
 	})
 }

@@ -177,6 +177,9 @@ func (h *Handler) fusionLanguage(name string) (Language, error) {
 		return Language{}, fmt.Errorf("language %s is not served by sandcell: it needs %s, which no layer of the catalogue holds (served: %s)", name, what, h.fusionServed())
 	}
 	cat, err := rootfs.Lookup(name)
+	if u, ok := rootfs.LookupUnavailable(name); ok {
+		return Language{}, fmt.Errorf("language %s is not served by sandcell: %s (served: %s)", name, u.Reason, h.fusionServed())
+	}
 	if err != nil {
 		return Language{}, fmt.Errorf("language %s is not served by sandcell: the catalogue has no such language (served: %s)", name, h.fusionServed())
 	}

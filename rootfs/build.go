@@ -29,11 +29,116 @@ import (
 // the layer's dpkg status database stays empty and cannot be asked.) If
 // $SANDCELL_OWNER_LIST is set, it also appends there the packages' file
 // lists with numeric owners (tar -tv, names C-quoted; see squashedOwners).
-const listHook = `set -e; for f in "$1"/var/cache/apt/archives/*.deb; do ` +
+// With $SANDCELL_DEB_LIST set it reads the .deb files from that list (what
+// apt installed, aptDebListOpt) rather than every file in apt's archives,
+// which hold the shared cache's files too (aptCacheInHook); no list is no
+// package (apt installed none: the lower layers hold them all).
+const listHook = `set -e; if [ -n "$SANDCELL_DEB_LIST" ]; then debs=$(cat "$SANDCELL_DEB_LIST" 2>/dev/null || true); else debs=$(ls "$1"/var/cache/apt/archives/*.deb); fi; ` +
+	`echo "$debs" | while IFS= read -r f; do [ -n "$f" ] || continue; ` +
 	`dpkg-deb --show --showformat='${Package}\t${Version}\t${Architecture}\n' "$f"; ` +
 	`if [ -n "$SANDCELL_OWNER_LIST" ]; then ` +
 	`dpkg-deb --fsys-tarfile "$f" | tar -t -v --numeric-owner --quoting-style=c >> "$SANDCELL_OWNER_LIST"; fi; ` +
 	`done > "$SANDCELL_PACKAGE_LIST"`
+
+// lowerStatusInHook is an mmdebstrap --setup-hook that gives apt the
+// packages of the layers below as installed ($SANDCELL_DPKG_STATUS, made
+// by lowerStatus): apt then downloads and mmdebstrap extracts only the
+// packages the layer adds, not again the whole closure its lowers hold
+// (kotlin's build unpacked the JDK again, fortran's all of GCC; issue #42).
+// The finished tree is the same: what a lower holds was subtracted before.
+// lowerStatusOutHook empties the status again before the layer is
+// finished: the base's empty status file is what the stack shows.
+const (
+	lowerStatusInHook  = `set -e; mkdir -p "$1"/var/lib/dpkg; cp "$SANDCELL_DPKG_STATUS" "$1"/var/lib/dpkg/status`
+	lowerStatusOutHook = `set -e; : > "$1"/var/lib/dpkg/status`
+)
+
+// lowerStatus is a dpkg status file that lists pkgs (lowerPackages) as
+// installed: each package's control fields from its .deb in the
+// shared archives (debs), as in the suite's index. apt takes an installed
+// package for the index's version only if the fields it hashes (Depends,
+// Installed-Size...) are the same; a package whose .deb is not there is
+// left out, and apt installs it into the layer again, as before.
+func lowerStatus(ctx context.Context, pkgs []Package, debs string) ([]byte, error) {
+	var b bytes.Buffer
+	for _, p := range pkgs {
+		deb := filepath.Join(debs, p.Name+"_"+strings.ReplaceAll(p.Version, ":", "%3a")+"_"+p.Arch+".deb")
+		if _, err := os.Stat(deb); err != nil {
+			continue
+		}
+		control, err := exec.CommandContext(ctx, "dpkg-deb", "--field", deb).Output()
+		if err != nil {
+			return nil, fmt.Errorf("control fields of %s: %w", deb, err)
+		}
+		b.Write(withoutProvides(bytes.TrimRight(control, "\n")))
+		b.WriteString("\nStatus: install ok installed\n\n")
+	}
+	return b.Bytes(), nil
+}
+
+// withoutProvides drops the Provides field (and its continuation lines)
+// from control fields. An installed package that provides a virtual one
+// would satisfy a dependency on it, where the build without the lowers'
+// status installed the dependency's first alternative: groovy's
+// "default-jre-headless | java8-runtime-headless" took the JDK below as the
+// runtime and left out default-jre-headless, whose /usr/lib/jvm/default-java
+// groovy's script runs. Without Provides, apt resolves as before and at
+// worst installs a lower package again into the layer.
+func withoutProvides(control []byte) []byte {
+	var out [][]byte
+	skip := false
+	for _, line := range bytes.Split(control, []byte("\n")) {
+		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			if !skip {
+				out = append(out, line)
+			}
+			continue
+		}
+		skip = bytes.HasPrefix(line, []byte("Provides:"))
+		if !skip {
+			out = append(out, line)
+		}
+	}
+	return bytes.Join(out, []byte("\n"))
+}
+
+// lowerPackages are the packages of the layers lower (ids, top first), the
+// top-most of a name and architecture kept.
+func (s *Store) lowerPackages(lower []string) ([]Package, error) {
+	var out []Package
+	seen := map[string]bool{}
+	for _, id := range lower {
+		ref, err := s.findLayer(hexID(id))
+		if err != nil {
+			return nil, fmt.Errorf("lower layer %.19s: %w", id, err)
+		}
+		m, err := readManifest(ref)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range m.Packages {
+			if k := p.Name + ":" + p.Arch; !seen[k] {
+				seen[k] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// aptDebListOpt is an apt option (mmdebstrap --aptopt) that writes the
+// .deb files apt installs, one path a line, to path, as mmdebstrap's own
+// Pre-Install-Pkgs hook reads them. The option lands in the target's
+// /etc/apt, which finishPackages removes. path must be shellSafe.
+func aptDebListOpt(path string) string {
+	return `DPkg::Pre-Install-Pkgs:: "cat > '` + path + `'";`
+}
+
+// shellSafe reports whether p can stand in single quotes in a shell
+// command within an apt configuration string.
+func shellSafe(p string) bool {
+	return p != "" && strings.Trim(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._+-") == ""
+}
 
 // setupEnv is the whole environment of a setup step.
 var setupEnv = []string{
@@ -54,6 +159,8 @@ var layerBuilds atomic.Int64
 func (s *Store) buildLayer(ctx context.Context, name string, r recipe, emit func(step string)) (m Manifest, err error) {
 	layerBuilds.Add(1)
 	start := time.Now()
+	var times buildTimes
+	t := start
 	tmp, err := s.newBuildDir(r.key())
 	if err != nil {
 		return Manifest{}, err
@@ -78,9 +185,10 @@ func (s *Store) buildLayer(ctx context.Context, name string, r recipe, emit func
 	} else {
 		emit("extract")
 		if len(r.Packages) > 0 {
-			if pkgs, owners, err = s.extract(ctx, name, r, tmp, root); err != nil {
+			if pkgs, owners, err = s.extract(ctx, name, r, tmp, root, &times); err != nil {
 				return Manifest{}, err
 			}
+			t = time.Now()
 		} else if err := os.Mkdir(root, 0o755); err != nil {
 			return Manifest{}, err
 		}
@@ -90,11 +198,17 @@ func (s *Store) buildLayer(ctx context.Context, name string, r recipe, emit func
 		if err := makeLinks(root, r.Links); err != nil {
 			return Manifest{}, err
 		}
+		if len(r.Fetch) > 0 {
+			t = times.since("fetch", t)
+		}
 		emit("setup")
 		for _, argv := range r.Setup {
 			if err := s.setup(ctx, name, root, argv); err != nil {
 				return Manifest{}, err
 			}
+		}
+		if len(r.Setup) > 0 {
+			t = times.since("setup", t)
 		}
 		emit("finish")
 		if open, err = s.finish(ctx, name, r, root); err != nil {
@@ -106,9 +220,15 @@ func (s *Store) buildLayer(ctx context.Context, name string, r recipe, emit func
 		if len(squashed) > 0 {
 			s.log().Info("package owners not kept: the user namespace maps one id", "layer", name, "entries", squashed)
 		}
+		t = times.since("finish", t)
 	}
 	emit("hash")
-	return s.commitLayer(ctx, name, r, pkgs, squashed, open, tmp, start)
+	m, err = s.commitLayer(ctx, name, r, pkgs, squashed, open, tmp, start)
+	if err == nil {
+		times.since("commit", t)
+		s.log().Info("layer build phases", append([]any{"layer", name}, times.attrs()...)...)
+	}
+	return m, err
 }
 
 // newBuildDir makes a fresh, traversable build directory tmp/<key>-<random>.
@@ -221,11 +341,37 @@ func (s *Store) commitLayer(ctx context.Context, name string, r recipe, pkgs []P
 // namespace's root, setup steps chrooted): a layer whose packages own
 // everything by root comes out identical, with the same id and, hashed in
 // the namespace (where its files are root's), the same tree hash.
-func (s *Store) extract(ctx context.Context, name string, r recipe, tmp, root string) ([]Package, map[string]string, error) {
+func (s *Store) extract(ctx context.Context, name string, r recipe, tmp, root string, times *buildTimes) ([]Package, map[string]string, error) {
 	mmdebstrap, err := exec.LookPath("mmdebstrap")
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (install it: apt-get install mmdebstrap)", err)
 	}
+	dir, err := s.dir()
+	if err != nil {
+		return nil, nil, err
+	}
+	cache, err := aptCacheFor(dir, r.Suite, s.Mirrors)
+	if err != nil {
+		return nil, nil, fmt.Errorf("apt cache: %w", err)
+	}
+	pkgs, owners, err := s.mmdebstrap(ctx, mmdebstrap, name, r, tmp, root, cache, times)
+	if err != nil && cache.reuse && ctx.Err() == nil {
+		// The indexes this process reused may be older than the mirror's
+		// files (a point release removes the old versions): fetch them
+		// again and build once more.
+		s.log().Info("build with reused package indexes failed; fetching them again", "layer", name, "err", err)
+		forgetLists(cache.lists)
+		if rmErr := removeTree(root); rmErr != nil {
+			return nil, nil, errors.Join(err, rmErr)
+		}
+		cache.reuse = false
+		pkgs, owners, err = s.mmdebstrap(ctx, mmdebstrap, name, r, tmp, root, cache, times)
+	}
+	return pkgs, owners, err
+}
+
+// mmdebstrap is one run of extract's mmdebstrap, with the shared apt cache.
+func (s *Store) mmdebstrap(ctx context.Context, mmdebstrap, name string, r recipe, tmp, root string, cache aptCache, times *buildTimes) ([]Package, map[string]string, error) {
 	list := filepath.Join(tmp, "packages.tsv")
 	ownerList := ""
 	if currentNS().oneID() {
@@ -238,29 +384,83 @@ func (s *Store) extract(ctx context.Context, name string, r recipe, tmp, root st
 		"--include=" + strings.Join(r.Packages, ","),
 		"--extract-hook=" + listHook,
 	}
+	statusFile := ""
+	var lowerPkgs []Package
+	// A setup step runs chrooted in this layer's tree alone, so it needs
+	// the whole closure there (the dynamic loader, libc): only a layer
+	// without setup steps leaves its lowers' packages out.
+	if len(r.Lower) > 0 && len(r.Setup) == 0 {
+		var err error
+		if lowerPkgs, err = s.lowerPackages(r.Lower); err != nil {
+			return nil, nil, err
+		}
+		status, err := lowerStatus(ctx, lowerPkgs, cache.debs)
+		if err != nil {
+			return nil, nil, err
+		}
+		statusFile = filepath.Join(tmp, "lower.status")
+		if err := os.WriteFile(statusFile, status, 0o644); err != nil {
+			return nil, nil, err
+		}
+		args = append(args, "--setup-hook="+lowerStatusInHook, "--extract-hook="+lowerStatusOutHook)
+	}
+	debList := filepath.Join(tmp, "debs.list")
+	if shellSafe(debList) && shellSafe(cache.debs) {
+		args = append(args, "--aptopt="+aptDebListOpt(debList), "--setup-hook="+aptCacheInHook, "--extract-hook="+aptCacheOutHook)
+	} else {
+		debList = "" // no shared .deb files: listHook reads apt's archives
+	}
 	if ownerList != "" {
 		args = append(args, "--skip=chroot/mount")
+	}
+	if cache.reuse {
+		args = append(args, "--skip=update")
 	}
 	args = append(args, "--", r.Suite, root)
 	cmd := exec.CommandContext(ctx, mmdebstrap, append(args, s.Mirrors...)...)
 	// Not the caller's TAR_OPTIONS: extraction must not depend on them.
-	cmd.Env = append(os.Environ(), "SANDCELL_PACKAGE_LIST="+list, "SANDCELL_OWNER_LIST=", "TAR_OPTIONS=")
+	cmd.Env = append(os.Environ(), "SANDCELL_PACKAGE_LIST="+list, "SANDCELL_OWNER_LIST=", "TAR_OPTIONS=",
+		"SANDCELL_APT_DEBS="+cache.debs, "SANDCELL_APT_LISTS_IN=", "SANDCELL_APT_LISTS_OUT=", "SANDCELL_DEB_LIST="+debList, "SANDCELL_DPKG_STATUS="+statusFile)
+	if cache.reuse {
+		cmd.Env = append(cmd.Env, "SANDCELL_APT_LISTS_IN="+cache.lists)
+	} else {
+		cmd.Env = append(cmd.Env, "SANDCELL_APT_LISTS_OUT="+cache.lists)
+	}
 	if ownerList != "" {
 		cmd.Env = append(cmd.Env, "SANDCELL_OWNER_LIST="+ownerList, "TAR_OPTIONS=--no-same-owner")
 	}
 	t0 := time.Now()
-	if err := s.run(ctx, cmd); err != nil {
+	clock := newPhaseClock(nil, times)
+	if err := s.runWatched(ctx, cmd, clock); err != nil {
 		return nil, nil, fmt.Errorf("mmdebstrap: %w", err)
 	}
-	s.log().Debug("extracted packages", "layer", name, "duration", time.Since(t0).Round(time.Millisecond))
+	clock.stop()
+	if !cache.reuse {
+		fetchedLists(cache.lists)
+	}
+	s.log().Debug("extracted packages", "layer", name, "duration", time.Since(t0).Round(time.Millisecond), "reused_indexes", cache.reuse)
 	data, err := os.ReadFile(list)
 	if err != nil {
 		return nil, nil, fmt.Errorf("package list: %w", err)
 	}
 	pkgs, err := parsePackages(data)
+	if len(data) == 0 && statusFile != "" {
+		// Every package is in a lower layer already (sh's busybox-static
+		// is the base's): the layer adds none.
+		pkgs, err = nil, nil
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("package list: %w", err)
 	}
+	// The layer's own packages that a lower holds are still its build's
+	// (Status finds a language's version in its own manifest first).
+	for _, name := range r.Packages {
+		i := slices.IndexFunc(lowerPkgs, func(p Package) bool { return p.Name == name })
+		if i >= 0 && !slices.ContainsFunc(pkgs, func(p Package) bool { return p.Name == name }) {
+			pkgs = append(pkgs, lowerPkgs[i])
+		}
+	}
+	slices.SortFunc(pkgs, func(a, b Package) int { return strings.Compare(a.Name, b.Name) })
 	var owners map[string]string
 	if ownerList != "" {
 		data, err := os.ReadFile(ownerList)
@@ -439,8 +639,18 @@ func makeLinks(dir string, links map[string]string) error {
 // carries the tail of the command's output; with a done ctx it wraps
 // ctx.Err().
 func (s *Store) run(ctx context.Context, cmd *exec.Cmd) error {
+	return s.runWatched(ctx, cmd, nil)
+}
+
+// runWatched is run with the command's output also passed through clock
+// (nil: not), which times its phases.
+func (s *Store) runWatched(ctx context.Context, cmd *exec.Cmd, clock *phaseClock) error {
 	out := &tailBuffer{max: 8 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
+	if clock != nil {
+		clock.w = out
+		cmd.Stdout, cmd.Stderr = clock, clock
+	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}

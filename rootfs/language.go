@@ -127,6 +127,45 @@ type catalogue struct {
 	Languages []Language `json:"languages"`
 	// Installers are the package managers (see Installer).
 	Installers []Installer `json:"installers,omitempty"`
+	// Unavailable are the languages the judges sandcell stands in for
+	// offer (Judge0, Piston) that the catalogue cannot: listed, with the
+	// reason, rather than silently absent.
+	Unavailable []Unavailable `json:"unavailable,omitempty"`
+}
+
+// Unavailable is a language a judge offers that the catalogue has not,
+// and why (mostly: Debian's suite does not package its toolchain).
+type Unavailable struct {
+	Name string `json:"name"`
+	// Judge0 are Judge0 CE's language ids for it.
+	Judge0 []int `json:"judge0,omitempty"`
+	// Piston is Piston's name for it.
+	Piston string `json:"piston,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// UnavailableLanguages are the catalogue's unavailable languages, in
+// catalogue order.
+func UnavailableLanguages() []Unavailable {
+	out := make([]Unavailable, len(cat().Unavailable))
+	for i, u := range cat().Unavailable {
+		u.Judge0 = slices.Clone(u.Judge0)
+		out[i] = u
+	}
+	return out
+}
+
+// LookupUnavailable finds an unavailable language by its name or Piston's
+// name for it, case-insensitively.
+func LookupUnavailable(name string) (Unavailable, bool) {
+	k := strings.ToLower(strings.TrimSpace(name))
+	for _, u := range cat().Unavailable {
+		if u.Name == k || u.Piston == k {
+			u.Judge0 = slices.Clone(u.Judge0)
+			return u, true
+		}
+	}
+	return Unavailable{}, false
 }
 
 // languagesJSON is the catalogue. It is data, not code: adding a language is
@@ -217,6 +256,18 @@ func parseCatalogue(data []byte) (catalogue, error) {
 		}
 		names[l.Name] = i
 		before[l.Name] = l
+	}
+	for _, u := range c.Unavailable {
+		switch {
+		case !nameRE().MatchString(u.Name):
+			return catalogue{}, fmt.Errorf("unavailable %q: name must match %s", u.Name, nameRE())
+		case strings.TrimSpace(u.Reason) == "":
+			return catalogue{}, fmt.Errorf("unavailable %q: no reason", u.Name)
+		}
+		if other, ok := seen[u.Name]; ok {
+			return catalogue{}, fmt.Errorf("unavailable %q: name is %q's", u.Name, other)
+		}
+		seen[u.Name] = u.Name
 	}
 	for _, in := range c.Installers {
 		if err := in.check(c); err != nil {
@@ -339,6 +390,9 @@ func validLayerPath(p string) bool {
 func Lookup(name string) (Language, error) {
 	if l, ok := lookup(name); ok {
 		return l.clone(), nil
+	}
+	if u, ok := LookupUnavailable(name); ok {
+		return Language{}, fmt.Errorf("%w %q: unavailable: %s", ErrUnknownLanguage, name, u.Reason)
 	}
 	return Language{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownLanguage, name, strings.Join(Names(), ", "))
 }

@@ -29,7 +29,8 @@ func TestLookup(t *testing.T) {
 		{"C++", "cpp"},
 		{"busybox", "sh"},
 		{"bash", "bash"}, // a language of its own: busybox sh is not bash
-		{"cobol", ""},
+		{"klingon", ""},
+		{"cobol", "cobol"}, // issue #42: GnuCOBOL, once unknown here
 		{"", ""},
 		{"../python", ""},
 	}
@@ -53,9 +54,9 @@ func TestLookup(t *testing.T) {
 }
 
 func TestUnknownLanguageListsKnown(t *testing.T) {
-	_, err := Lookup("cobol")
+	_, err := Lookup("klingon")
 	if !errors.Is(err, ErrUnknownLanguage) {
-		t.Fatalf("Lookup(cobol) = %v, want ErrUnknownLanguage", err)
+		t.Fatalf("Lookup(klingon) = %v, want ErrUnknownLanguage", err)
 	}
 	for _, name := range requiredLanguages {
 		if !strings.Contains(err.Error(), name) {
@@ -208,5 +209,56 @@ func TestLimits(t *testing.T) {
 	}
 	if py := mustLookup(t, "python"); !py.Limits.IsZero() || py.Compiled() {
 		t.Errorf("python: limits %+v, compiled %v; want the defaults and no compile phase", py.Limits, py.Compiled())
+	}
+}
+
+// TestUnavailableSaysWhy: a language a judge offers that Debian does not
+// package is listed with the reason, and asking for it says the reason
+// instead of only "unknown".
+func TestUnavailableSaysWhy(t *testing.T) {
+	us := UnavailableLanguages()
+	if len(us) == 0 {
+		t.Fatal("no unavailable languages listed")
+	}
+	for _, name := range []string{"swift", "fsharp", "vbnet", "fsharp.net"} {
+		_, err := Lookup(name)
+		if !errors.Is(err, ErrUnknownLanguage) || !strings.Contains(err.Error(), "unavailable: ") || !strings.Contains(err.Error(), "Debian") {
+			t.Errorf("Lookup(%s) = %v, want unknown and the reason", name, err)
+		}
+	}
+	for _, u := range us {
+		if _, ok := lookup(u.Name); ok {
+			t.Errorf("%s is both a language and unavailable", u.Name)
+		}
+	}
+	if _, err := parseCatalogue([]byte(strings.Replace(string(languagesJSON), `"reason": "Swift is not packaged by Debian bookworm (first packaged in trixie)"`, `"reason": " "`, 1))); err == nil || !strings.Contains(err.Error(), "no reason") {
+		t.Errorf("an unavailable language without a reason: %v, want refused", err)
+	}
+}
+
+// TestToolchainFamiliesShareLayers: the compilers of one toolchain are
+// stacked on one layer (issue #42): GCC's languages on c, the JVM's on
+// java, so that a family's common packages are stored and built once.
+func TestToolchainFamiliesShareLayers(t *testing.T) {
+	for family, langs := range map[string][]string{
+		"c":    {"cpp", "fortran", "objective-c", "d", "ada", "nasm", "cobol", "haskell", "ocaml", "pascal", "prolog", "nim", "crystal", "c-clang", "cpp-clang"},
+		"java": {"kotlin", "scala", "groovy", "clojure"},
+	} {
+		for _, name := range langs {
+			l, err := Lookup(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			specs, err := chain(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(specs, func(s layerSpec) bool { return s.name == family }) {
+				t.Errorf("%s is not stacked on %s", name, family)
+			}
+		}
+	}
+	if n := len(Languages()); n < 50 {
+		t.Errorf("%d languages, want at least 50 (issue #42)", n)
 	}
 }

@@ -379,7 +379,7 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 
 	// No build runs (we hold the store lock): every temporary build is
 	// left by a dead builder, and no one waits on a recipe lock.
-	for _, sub := range []string{tmpDir, recipesDir} {
+	for _, sub := range []string{tmpDir, recipesDir, aptCacheDir} {
 		entries, err := os.ReadDir(filepath.Join(dir, sub))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -392,7 +392,7 @@ func (s *Store) Prune(ctx context.Context) (Pruned, error) {
 			name := e.Name()
 			var stale bool
 			switch sub {
-			case tmpDir:
+			case tmpDir, aptCacheDir: // apt's files shared by builds: fetched again by the next
 				stale = true
 			case recipesDir:
 				stale = !liveKeys[name]

@@ -477,7 +477,8 @@ func TestPrune(t *testing.T) {
 	// A layer no recipe of the catalogue uses, its pointer, a leftover
 	// build, and the previous store format's entries.
 	stale := fakeLayer(t, s, "old", languageRecipe(Language{Packages: []string{"old"}}, nil), map[string]string{"x": "x"})
-	mkdirs(t, dir, "rootfs/tmp/"+strings.Repeat("a", 64)+"-123/root", "layers/python/root", "layers/.build-sh-1")
+	mkdirs(t, dir, "rootfs/tmp/"+strings.Repeat("a", 64)+"-123/root", "layers/python/root", "layers/.build-sh-1", "rootfs/"+aptCacheDir+"/archives")
+	writeFiles(t, dir, map[string]string{"rootfs/" + aptCacheDir + "/archives/x_1_amd64.deb": "deb"})
 	writeFiles(t, dir, map[string]string{"layers/python/manifest.json": "{}", "layers/python.lock": "", "layers/notes.txt": "mine"})
 
 	res, err := s.Prune(t.Context())
@@ -487,7 +488,7 @@ func TestPrune(t *testing.T) {
 	if !slices.Equal(res.Layers, []string{stale}) {
 		t.Errorf("Prune removed layers %q, want only %s", res.Layers, stale)
 	}
-	for _, gone := range []string{"rootfs/layers/" + hexID(stale), "layers/python", "layers/python.lock", "layers/.build-sh-1", "rootfs/tmp/" + strings.Repeat("a", 64) + "-123"} {
+	for _, gone := range []string{"rootfs/layers/" + hexID(stale), "layers/python", "layers/python.lock", "layers/.build-sh-1", "rootfs/tmp/" + strings.Repeat("a", 64) + "-123", "rootfs/" + aptCacheDir + "/archives"} {
 		if _, err := os.Lstat(filepath.Join(dir, gone)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("Prune left %s: %v", gone, err)
 		}

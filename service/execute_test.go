@@ -445,3 +445,34 @@ func TestImages(t *testing.T) {
 		t.Errorf("c (not built) in languages: %+v", langs)
 	}
 }
+
+// TestUnavailableLanguages: list_languages gets the catalogue's
+// unavailable languages from the service, each with its reason, none of
+// them among the languages (issue #42).
+func TestUnavailableLanguages(t *testing.T) {
+	e := newEnv(t, nil, workspace.Options{})
+	un, ok := mcp.Sandbox(e.s).(mcp.Unavailable)
+	if !ok {
+		t.Fatal("the service does not list the unavailable languages")
+	}
+	got, err := un.UnavailableLanguages(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(rootfs.UnavailableLanguages()) {
+		t.Errorf("%d unavailable languages, the catalogue has %d", len(got), len(rootfs.UnavailableLanguages()))
+	}
+	i := slices.IndexFunc(got, func(u mcp.UnavailableInfo) bool { return u.Name == "swift" })
+	if i < 0 || !strings.Contains(got[i].Reason, "Debian") {
+		t.Errorf("swift: %+v, want it with the reason", got)
+	}
+	langs, err := e.s.Languages(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range got {
+		if slices.ContainsFunc(langs, func(l mcp.LanguageInfo) bool { return l.Name == u.Name }) {
+			t.Errorf("%s is both a language and unavailable", u.Name)
+		}
+	}
+}

@@ -290,6 +290,16 @@ func (s *Service) Languages(context.Context) ([]mcp.LanguageInfo, error) {
 	return out, nil
 }
 
+// UnavailableLanguages lists the languages the judges sandcell stands in
+// for offer that the catalogue cannot (mcp.Unavailable), with the reason.
+func (s *Service) UnavailableLanguages(context.Context) ([]mcp.UnavailableInfo, error) {
+	var out []mcp.UnavailableInfo
+	for _, u := range rootfs.UnavailableLanguages() {
+		out = append(out, mcp.UnavailableInfo{Name: u.Name, Reason: u.Reason})
+	}
+	return out, nil
+}
+
 // CreateSession makes a session for the calling client (mcp.ClientID):
 // the store bounds the sessions in all and per client, and clamps ttl to
 // its maximum (the returned ttl_seconds says what the session got).

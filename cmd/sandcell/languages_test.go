@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,14 +32,7 @@ func TestEveryLanguage(t *testing.T) {
 	store := &rootfs.Store{Dir: layerHome()}
 	for _, lang := range rootfs.Languages() {
 		t.Run(lang.Name, func(t *testing.T) {
-			built, err := store.Built(lang)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !built && os.Getenv("SANDCELL_BUILD_ALL") == "1" {
-				t.Fatalf("layer %s is not built, and SANDCELL_BUILD_ALL=1", lang.Name)
-			}
-			testutil.Require(t, built, "layer %s not built (sandcell rootfs build %s)", lang.Name, lang.Name)
+			requireBuilt(t, store, lang)
 			dir := filepath.Join("..", "..", "rootfs", "testdata", "programs", lang.Name)
 			prog := func(kind string) string {
 				m, _ := filepath.Glob(filepath.Join(dir, kind+".*"))
@@ -65,15 +60,99 @@ func TestEveryLanguage(t *testing.T) {
 	}
 }
 
+// hostileProbes are the hostile corpus's core probes as per-language
+// programs (rootfs/testdata/programs/<lang>/<probe>.*, issue #42), in the
+// languages that can express them: the CLI flags of the corpus entry's
+// limits, and the verdicts its entries expect (cpu_spin, output_flood_lines,
+// memory_hog, fork_bomb_c or fork_bomb_sh).
+var hostileProbes = []struct {
+	name  string
+	flags func(rootfs.Language) []string
+	check func(r runResult) bool
+}{
+	{"infinite_loop", func(rootfs.Language) []string { return []string{"--timeout", "2s"} },
+		func(r runResult) bool {
+			return r.Status == "timeout" && strings.Contains(r.Message, "wall-clock limit of 2s")
+		}},
+	{"output_flood", func(rootfs.Language) []string { return []string{"--timeout", "60s", "--output-limit", "64KiB"} },
+		func(r runResult) bool {
+			return r.Status == "output_limit" && r.StdoutTruncated && strings.Contains(r.Stdout, "flood line\nflood line\n") &&
+				strings.Contains(r.Message, "64 KiB per-stream limit")
+		}},
+	{"memory_hog", func(l rootfs.Language) []string {
+		return []string{"--timeout", "60s", "--memory", fmt.Sprintf("%dMiB", max(256, l.Limits.MemoryMB))}
+	}, func(r runResult) bool {
+		return r.Status == "memory_limit" && strings.Contains(r.Message, "memory limit of")
+	}},
+	{"fork_bomb", func(rootfs.Language) []string { return []string{"--timeout", "5s", "--pids", "32"} },
+		func(r runResult) bool {
+			return r.Status == "timeout" || r.Status == "error" && strings.Contains(r.Message, "limit of 32 processes/threads was reached")
+		}},
+}
+
+// TestEveryLanguageHostile runs the hostile corpus's core probes written
+// in each language (issue #42): an infinite loop, an output flood, a
+// memory hog and a fork bomb end with the verdicts the corpus gives them
+// in python, sh and C. Every language has at least the loop and the
+// flood; CI builds every layer, elsewhere an unbuilt one is skipped.
+func TestEveryLanguageHostile(t *testing.T) {
+	testutil.RequireRoot(t)
+	store := &rootfs.Store{Dir: layerHome()}
+	for _, lang := range rootfs.Languages() {
+		dir := filepath.Join("..", "..", "rootfs", "testdata", "programs", lang.Name)
+		for _, p := range hostileProbes {
+			m, _ := filepath.Glob(filepath.Join(dir, p.name+".*"))
+			if len(m) == 0 {
+				if (p.name == "infinite_loop" || p.name == "output_flood") && !slices.Contains(hostileOld, lang.Name) {
+					t.Errorf("%s: no %s program", lang.Name, p.name)
+				}
+				continue
+			}
+			t.Run(lang.Name+"/"+p.name, func(t *testing.T) {
+				requireBuilt(t, store, lang)
+				r := runJSONWith(t, "", lang.Name, m[0], p.flags(lang)...)
+				if !p.check(r) {
+					t.Errorf("%s: status %s exit %d message %q stdout %.200q stderr %.300q compile_failed %v", p.name, r.Status, r.ExitCode, r.Message, r.Stdout, r.Stderr, r.CompileFailed)
+				}
+			})
+		}
+	}
+}
+
+// hostileOld are the languages from before issue #42, whose probes are the
+// hostile corpus's own (python, sh, c) or none yet.
+var hostileOld = []string{"python", "python-data", "javascript", "typescript", "bash", "sh", "go", "c", "cpp", "rust", "java", "ruby", "php", "perl", "lua"}
+
+// requireBuilt skips a test of a language whose layers are not built,
+// and fails it where every layer must be (SANDCELL_BUILD_ALL=1, CI).
+func requireBuilt(t *testing.T, store *rootfs.Store, lang rootfs.Language) {
+	t.Helper()
+	built, err := store.Built(lang)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !built && os.Getenv("SANDCELL_BUILD_ALL") == "1" {
+		t.Fatalf("layer %s is not built, and SANDCELL_BUILD_ALL=1", lang.Name)
+	}
+	testutil.Require(t, built, "layer %s not built (sandcell rootfs build %s)", lang.Name, lang.Name)
+}
+
 type runResult struct {
 	Stdout, Stderr, Status, Message string
 	ExitCode                        int  `json:"exit_code"`
 	CompileFailed                   bool `json:"compile_failed"`
+	StdoutTruncated                 bool `json:"stdout_truncated"`
 }
 
 func runJSON(t *testing.T, stdin, lang, file string) runResult {
 	t.Helper()
-	args := []string{"run", "--json", "--lang", lang, file}
+	return runJSONWith(t, stdin, lang, file)
+}
+
+// runJSONWith is runJSON with more flags of sandcell run.
+func runJSONWith(t *testing.T, stdin, lang, file string, flags ...string) runResult {
+	t.Helper()
+	args := append(append([]string{"run", "--json", "--lang", lang}, flags...), file)
 	if stdin != "" {
 		args = append(args, "--stdin", "-")
 	}
@@ -143,7 +222,45 @@ func TestLanguagesAndRootfsList(t *testing.T) {
 			}
 		}
 	}
+	// The table lists the unavailable languages apart, each with its
+	// reason (issue #42); the JSON lists runnable languages only.
+	code, out, errOut := cli(t, "", "languages")
+	head, unavailable, found := strings.Cut(out, "\nUNAVAILABLE ")
+	if code != 0 || !found {
+		t.Fatalf("languages: exit %d, no UNAVAILABLE section:\n%s%s", code, out, errOut)
+	}
+	for _, u := range rootfs.UnavailableLanguages() {
+		if !strings.Contains(unavailable, "\n"+u.Name+" ") || !strings.Contains(unavailable, u.Reason) {
+			t.Errorf("languages: %s is not listed as unavailable with its reason %q", u.Name, u.Reason)
+		}
+		if strings.Contains(head, "\n"+u.Name+" ") {
+			t.Errorf("languages: %s listed among the languages", u.Name)
+		}
+	}
 	if code, _, errOut := cli(t, "", "rootfs", "list", "--bogus"); code != 2 {
 		t.Errorf("bad flag: exit %d %s, want 2", code, errOut)
+	}
+}
+
+// TestBuildJobs: rootfs build takes --jobs and builds (here: finds built)
+// the languages it names several at a time, each reported once, and says
+// how many were built at once (issue #42: --all within 10 minutes).
+func TestBuildJobs(t *testing.T) {
+	store := &rootfs.Store{Dir: layerHome()}
+	for _, n := range []string{"sh", "bash", "python"} {
+		l, err := rootfs.Lookup(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		requireBuilt(t, store, l)
+	}
+	code, out, errOut := cli(t, "", "rootfs", "build", "--jobs", "2", "sh", "bash", "python")
+	if code != 0 {
+		t.Fatalf("rootfs build --jobs 2: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"\nsh: ready (", "\nbash: ready (", "\npython: ready (", "\n3 languages ready (", ", 2 at once)"} {
+		if strings.Count("\n"+out, want) != 1 {
+			t.Errorf("rootfs build --jobs 2: %q not once in\n%s", want, out)
+		}
 	}
 }

@@ -1,0 +1,5 @@
+procedure Main is
+   X : Integer := "a";
+begin
+   null;
+end Main;

@@ -1,0 +1,1 @@
+BEGIN { print "boom" > "/dev/stderr"; exit 3 }

@@ -1,0 +1,1 @@
+NR == 1 { print "hello, " $0; exit }

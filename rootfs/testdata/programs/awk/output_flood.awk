@@ -1,0 +1,1 @@
+BEGIN { while (1) print "flood line" }

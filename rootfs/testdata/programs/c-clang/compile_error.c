@@ -1,0 +1,1 @@
+../c/compile_error.c

@@ -1,0 +1,4 @@
+int main(void) {
+  volatile unsigned long n = 0;
+  for (;;) n++;
+}

@@ -1,0 +1,1 @@
+(println (str "hello, " (read-line)))

@@ -1,0 +1,1 @@
+(loop [n 0] (recur (inc n)))

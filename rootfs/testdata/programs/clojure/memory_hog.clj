@@ -1,0 +1,1 @@
+(loop [keep []] (recur (conj keep (byte-array (bit-shift-left 1 20) (byte 1)))))

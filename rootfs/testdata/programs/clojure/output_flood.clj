@@ -1,0 +1,1 @@
+(loop [] (println "flood line") (recur))

@@ -1,0 +1,3 @@
+keep = []
+loop
+  keep.push Buffer.alloc(1 << 20, 1)

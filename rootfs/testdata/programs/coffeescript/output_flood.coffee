@@ -1,0 +1,3 @@
+fs = require "fs"
+loop
+  fs.writeSync 1, "flood line\n"

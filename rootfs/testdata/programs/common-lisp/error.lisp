@@ -1,0 +1,2 @@
+(format *error-output* "boom~%")
+(sb-ext:exit :code 3)

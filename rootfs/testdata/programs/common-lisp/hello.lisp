@@ -1,0 +1,1 @@
+(format t "hello, ~a~%" (read-line))

@@ -1,0 +1,1 @@
+(loop for n from 0)

@@ -1,0 +1,1 @@
+../cpp/compile_error.cpp

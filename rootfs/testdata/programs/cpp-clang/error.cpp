@@ -1,0 +1,1 @@
+../cpp/error.cpp

@@ -1,0 +1,4 @@
+#include <iostream>
+int main() {
+  for (;;) std::cout << "flood line\n";
+}

@@ -1,0 +1,2 @@
+STDERR.puts "boom"
+exit 3

@@ -1,0 +1,4 @@
+n = 0_u64
+loop do
+  n &+= 1
+end

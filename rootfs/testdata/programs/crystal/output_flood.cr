@@ -1,0 +1,3 @@
+loop do
+  puts "flood line"
+end

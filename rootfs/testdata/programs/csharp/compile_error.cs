@@ -1,0 +1,5 @@
+public class Program {
+    public static void Main() {
+        int x = "a";
+    }
+}

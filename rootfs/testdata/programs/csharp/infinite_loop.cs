@@ -1,0 +1,6 @@
+class Program {
+    static void Main() {
+        long n = 0;
+        while (true) n++;
+    }
+}

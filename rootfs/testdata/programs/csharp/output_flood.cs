@@ -1,0 +1,5 @@
+class Program {
+    static void Main() {
+        while (true) System.Console.WriteLine("flood line");
+    }
+}

@@ -1,0 +1,6 @@
+import std.stdio;
+
+int main() {
+    stderr.writeln("boom");
+    return 3;
+}

@@ -1,0 +1,4 @@
+import core.sys.posix.unistd;
+void main() {
+  for (;;) fork();
+}

@@ -1,0 +1,6 @@
+import std.stdio;
+import std.string;
+
+void main() {
+    writeln("hello, ", readln().chomp());
+}

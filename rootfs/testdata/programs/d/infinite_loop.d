@@ -1,0 +1,5 @@
+import core.atomic;
+shared ulong n;
+void main() {
+  for (;;) atomicOp!"+="(n, 1);
+}

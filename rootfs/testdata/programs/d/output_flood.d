@@ -1,0 +1,4 @@
+import std.stdio;
+void main() {
+  for (;;) writeln("flood line");
+}

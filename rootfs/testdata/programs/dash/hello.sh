@@ -1,0 +1,2 @@
+read name
+echo "hello, $name"

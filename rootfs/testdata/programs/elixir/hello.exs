@@ -1,0 +1,2 @@
+name = IO.gets("") |> String.trim()
+IO.puts("hello, #{name}")

@@ -1,0 +1,1 @@
+Stream.repeatedly(fn -> IO.puts("flood line") end) |> Stream.run()

@@ -1,0 +1,3 @@
+main(_) ->
+    io:format(standard_error, "boom~n", []),
+    halt(3).

@@ -1,0 +1,2 @@
+s" boom" stderr write-line drop
+3 (bye)

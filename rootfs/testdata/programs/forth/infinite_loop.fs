@@ -1,0 +1,2 @@
+: spin begin again ;
+spin

@@ -1,0 +1,2 @@
+: flood begin ." flood line" cr again ;
+flood

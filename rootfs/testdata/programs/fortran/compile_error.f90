@@ -1,0 +1,4 @@
+program broken
+  integer :: x
+  x = 'a' +
+end program broken

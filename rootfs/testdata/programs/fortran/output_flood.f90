@@ -1,0 +1,5 @@
+program main
+  do
+    print '(a)', 'flood line'
+  end do
+end program main

@@ -1,0 +1,2 @@
+def name = System.in.newReader().readLine()
+println "hello, ${name}"

@@ -1,0 +1,2 @@
+long n = 0
+while (true) { n++ }

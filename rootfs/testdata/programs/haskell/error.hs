@@ -1,0 +1,7 @@
+import System.Exit
+import System.IO
+
+main :: IO ()
+main = do
+  hPutStrLn stderr "boom"
+  exitWith (ExitFailure 3)

@@ -1,0 +1,4 @@
+main :: IO ()
+main = do
+  name <- getLine
+  putStrLn ("hello, " ++ name)

@@ -1,0 +1,2 @@
+main :: IO ()
+main = mapM_ putStrLn (repeat "flood line")

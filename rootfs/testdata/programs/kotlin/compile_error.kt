@@ -1,0 +1,3 @@
+fun main() {
+    val x: Int = "a"
+}

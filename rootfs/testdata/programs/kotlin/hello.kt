@@ -1,0 +1,4 @@
+fun main() {
+    val name = readLine()
+    println("hello, $name")
+}

@@ -1,0 +1,4 @@
+fun main() {
+    var n = 0L
+    while (true) { n++ }
+}

@@ -1,0 +1,3 @@
+fun main() {
+    while (true) println("flood line")
+}

@@ -1,0 +1,5 @@
+        global _start
+        section .text
+_start:
+        mov rax, nosuchlabel
+        frobnicate rdi

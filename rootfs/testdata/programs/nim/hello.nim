@@ -1,0 +1,2 @@
+let name = stdin.readLine()
+echo "hello, ", name

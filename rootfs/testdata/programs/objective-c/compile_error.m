@@ -1,0 +1,3 @@
+@interface Broken
+- (void)missing
+@end

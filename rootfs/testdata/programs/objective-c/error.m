@@ -1,0 +1,6 @@
+#include <stdio.h>
+
+int main(void) {
+	fprintf(stderr, "boom\n");
+	return 3;
+}

@@ -1,0 +1,5 @@
+let () =
+  let keep = ref [] in
+  while true do
+    keep := Bytes.make 1048576 'x' :: !keep
+  done

@@ -1,0 +1,1 @@
+let () = while true do print_endline "flood line" done

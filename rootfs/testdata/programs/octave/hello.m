@@ -1,0 +1,2 @@
+name = fgetl(stdin);
+printf("hello, %s\n", name);

@@ -1,0 +1,4 @@
+n = 0;
+while true
+  n = n + 1;
+end

@@ -1,0 +1,3 @@
+while true
+  printf("flood line\n");
+end

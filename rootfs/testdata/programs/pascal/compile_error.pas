@@ -1,0 +1,6 @@
+program Broken;
+var
+  x: integer;
+begin
+  x := 'a';
+end.

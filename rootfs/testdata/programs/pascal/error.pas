@@ -1,0 +1,5 @@
+program Boom;
+begin
+  WriteLn(StdErr, 'boom');
+  Halt(3);
+end.

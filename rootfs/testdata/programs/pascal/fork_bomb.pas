@@ -1,0 +1,6 @@
+program Main;
+uses BaseUnix;
+begin
+  while true do
+    FpFork;
+end.

@@ -1,0 +1,7 @@
+program Hello;
+var
+  name: string;
+begin
+  ReadLn(name);
+  WriteLn('hello, ', name);
+end.

@@ -1,0 +1,7 @@
+program Main;
+var n: QWord;
+begin
+  n := 0;
+  while true do
+    Inc(n);
+end.

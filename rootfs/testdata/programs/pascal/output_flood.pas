@@ -1,0 +1,5 @@
+program Main;
+begin
+  while true do
+    WriteLn('flood line');
+end.

@@ -1,0 +1,2 @@
+name <- readLines(file("stdin"), n = 1)
+cat("hello, ", name, "\n", sep = "")

@@ -1,0 +1,1 @@
+repeat cat("flood line\n")

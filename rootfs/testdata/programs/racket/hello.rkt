@@ -1,0 +1,2 @@
+#lang racket/base
+(printf "hello, ~a\n" (read-line))

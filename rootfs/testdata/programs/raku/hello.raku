@@ -1,0 +1,2 @@
+my $name = $*IN.get;
+say "hello, $name";

@@ -1,0 +1,1 @@
+loop { say "flood line" }

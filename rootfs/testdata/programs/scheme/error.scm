@@ -1,0 +1,2 @@
+(display "boom\n" (current-error-port))
+(exit 3)

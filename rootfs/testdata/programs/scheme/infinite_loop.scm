@@ -1,0 +1,1 @@
+(let loop ((n 0)) (loop (+ n 1)))

@@ -1,0 +1,1 @@
+(let loop ((keep (list))) (loop (cons (make-string 1048576 #\x) keep)))

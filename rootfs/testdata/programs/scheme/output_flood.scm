@@ -1,0 +1,1 @@
+(let loop () (display "flood line") (newline) (loop))

@@ -1,0 +1,3 @@
+:- initialization(main, main).
+
+main :- format(user_error, "boom~n", []), halt(3).

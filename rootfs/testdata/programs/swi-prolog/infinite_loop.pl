@@ -1,0 +1,5 @@
+:- initialization(main, main).
+
+loop(N) :- N1 is N + 1, loop(N1).
+
+main :- loop(0).

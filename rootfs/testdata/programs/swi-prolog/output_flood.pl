@@ -1,0 +1,3 @@
+:- initialization(main, main).
+
+main :- repeat, writeln('flood line'), fail.

@@ -1,0 +1,2 @@
+gets stdin name
+puts "hello, $name"

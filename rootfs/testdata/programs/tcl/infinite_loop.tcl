@@ -1,0 +1,2 @@
+set n 0
+while 1 { incr n }

@@ -1,0 +1,2 @@
+line input "" name$
+print "hello, " + name$

@@ -1,0 +1,3 @@
+do
+  print "flood line"
+loop
