@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -261,4 +262,156 @@ func TestLivePoolClose(t *testing.T) {
 	if err := p2.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// createTrue creates a sandbox through rt on a new UpperDir and runs
+// `true` in it: the issue's "create to first command done".
+func createTrue(b *testing.B, rt oci.LiveRuntime, req *oci.Request, opts oci.SandboxOptions) oci.Sandbox {
+	ctx := context.Background()
+	if opts.UpperDir == "" {
+		opts.UpperDir = filepath.Join(b.TempDir(), "upper")
+	}
+	s, err := rt.StartSandbox(ctx, req, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := s.Exec(ctx, oci.ProcSpec{Args: []string{"/bin/true"}, Env: liveEnv, UID: 1000, GID: 1000, Cwd: "/"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if ex, err := p.Wait(ctx); err != nil || ex.ExitCode != 0 {
+		b.Fatal(ex, err)
+	}
+	return s
+}
+
+// BenchmarkLiveCreateNewDisk: a fresh sandbox on a new UpperDir (mkfs
+// included) to its first command done.
+func BenchmarkLiveCreateNewDisk(b *testing.B) {
+	testutil.RequireRoot(b)
+	e := newTestEnv(b)
+	req, opts := livePoolReq(b)
+	var ds []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		s := createTrue(b, e.rt, req, opts)
+		ds = append(ds, time.Since(t0))
+		b.StopTimer()
+		_ = s.Destroy()
+		b.StartTimer()
+	}
+	reportP50(b, ds)
+}
+
+// BenchmarkLiveCreatePooled: a sandbox from the pool (one prepared,
+// waited for between creates, not timed) to its first command done.
+func BenchmarkLiveCreatePooled(b *testing.B) {
+	testutil.RequireRoot(b)
+	e := newTestEnv(b)
+	req, opts := livePoolReq(b)
+	p, _ := e.newLivePool(b, 1)
+	createTrue(b, p, req, opts).Destroy()
+	var ds []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		awaitIdle(b, p, 1)
+		b.StartTimer()
+		t0 := time.Now()
+		s := createTrue(b, p, req, opts)
+		ds = append(ds, time.Since(t0))
+		b.StopTimer()
+		_ = s.Destroy()
+		b.StartTimer()
+	}
+	if p.Hits() < len(ds) {
+		b.Fatalf("%d of %d creates from the pool", p.Hits(), len(ds))
+	}
+	reportP50(b, ds)
+}
+
+// liveBurst is how many creates a burst is.
+const liveBurst = 50
+
+// BenchmarkLiveCreateBurst: liveBurst creates one after another (each to
+// its first command done), fresh (new disks) or from a pool prepared
+// with liveBurst; creates-per-s is the burst's rate. The pool refills
+// during the burst, as it would in a server.
+func BenchmarkLiveCreateBurst(b *testing.B) {
+	testutil.RequireRoot(b)
+	for _, pooled := range []bool{false, true} {
+		name := "fresh"
+		if pooled {
+			name = "pooled"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := newTestEnv(b)
+			req, opts := livePoolReq(b)
+			var rt oci.LiveRuntime = e.rt
+			var p *backend.LivePool
+			if pooled {
+				p, _ = e.newLivePool(b, liveBurst)
+				rt = p
+				createTrue(b, p, req, opts).Destroy()
+			}
+			var rates []float64
+			for b.Loop() {
+				b.StopTimer()
+				if p != nil {
+					awaitIdle(b, p, liveBurst)
+				}
+				b.StartTimer()
+				t0 := time.Now()
+				sbs := make([]oci.Sandbox, 0, liveBurst)
+				for range liveBurst {
+					sbs = append(sbs, createTrue(b, rt, req, opts))
+				}
+				rates = append(rates, liveBurst/time.Since(t0).Seconds())
+				b.StopTimer()
+				for _, s := range sbs {
+					_ = s.Destroy()
+				}
+				b.StartTimer()
+			}
+			reportMedian(b, rates, "creates-per-s")
+		})
+	}
+}
+
+// BenchmarkLiveCreateSustained: liveBurst creates one after another
+// through a pool of 4 that starts full (2*liveBurst of them): past the first few, every create
+// waits for a container start (its own or the pool's), so this is the
+// rate the pool cannot raise.
+func BenchmarkLiveCreateSustained(b *testing.B) {
+	testutil.RequireRoot(b)
+	e := newTestEnv(b)
+	req, opts := livePoolReq(b)
+	p, _ := e.newLivePool(b, 4)
+	createTrue(b, p, req, opts).Destroy()
+	var rates []float64
+	for b.Loop() {
+		b.StopTimer()
+		awaitIdle(b, p, 4)
+		b.StartTimer()
+		t0 := time.Now()
+		sbs := make([]oci.Sandbox, 0, 4*liveBurst)
+		for range 2 * liveBurst {
+			sbs = append(sbs, createTrue(b, p, req, opts))
+		}
+		rates = append(rates, float64(len(sbs))/time.Since(t0).Seconds())
+		b.StopTimer()
+		for _, s := range sbs {
+			_ = s.Destroy()
+		}
+		b.StartTimer()
+	}
+	reportMedian(b, rates, "creates-per-s")
+}
+
+// reportMedian reports the median of vs as unit.
+func reportMedian(b *testing.B, vs []float64, unit string) {
+	if len(vs) == 0 {
+		return
+	}
+	slices.Sort(vs)
+	b.ReportMetric(vs[len(vs)/2], unit)
 }
