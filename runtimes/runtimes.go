@@ -78,6 +78,10 @@ type Config struct {
 	// PoolBusy, if set, says that runs wait for admission: the pools then
 	// prepare nothing ahead of them.
 	PoolBusy func() bool
+	// LivePoolDir, if set (and PoolSize positive), holds the disks of
+	// live sandboxes prepared ahead (backend.LivePool); it must be on the
+	// filesystem of the live sandboxes' UpperDirs.
+	LivePoolDir string
 	// Logger receives the runtimes' logs (nil: discarded).
 	Logger *slog.Logger
 }
@@ -93,6 +97,7 @@ type Set struct {
 	filter *specs.LinuxSeccomp
 	rt     *backend.Libcontainer // nil on a host without a kernel sandbox
 	pool   *backend.Pool         // nil: no warm pool
+	live   *backend.LivePool     // live sandboxes prepared ahead; nil: none
 	tier   limits.Tier
 	// The gVisor backend is made on first use (probing runsc costs tens
 	// of milliseconds that runc runs should not pay).
@@ -218,6 +223,9 @@ func (s *Set) Close() error {
 	if s.pool != nil {
 		errs = append(errs, s.pool.Close())
 	}
+	if s.live != nil {
+		errs = append(errs, s.live.Close())
+	}
 	s.gvOnce.Do(func() {}) // a gVisor backend being made is made, or none will be
 	if s.gvPool != nil {
 		errs = append(errs, s.gvPool.Close())
@@ -290,7 +298,11 @@ func (s *Set) StartSandbox(ctx context.Context, req *oci.Request, opts oci.Sandb
 	if iso := s.cfg.Isolation; iso != "" && iso != "runc" {
 		return nil, api.Invalid("live sandboxes run under runc only; this server's isolation is " + iso)
 	}
-	sb, err := s.rt.StartSandbox(ctx, req, opts)
+	var lr oci.LiveRuntime = s.rt
+	if s.live != nil {
+		lr = s.live
+	}
+	sb, err := lr.StartSandbox(ctx, req, opts)
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}
@@ -353,6 +365,14 @@ func (s *Set) openPool() {
 		}
 	}
 	s.pool = backend.NewPool(s.rt, s.poolConfig(scripts))
+	if s.cfg.LivePoolDir != "" && !s.cfg.Rootless {
+		lp, err := backend.NewLivePool(s.rt, backend.LivePoolConfig{Size: s.cfg.PoolSize, Dir: s.cfg.LivePoolDir, Busy: s.cfg.PoolBusy})
+		if err != nil {
+			s.log.Warn("no warm pool of live sandboxes", "err", err)
+			return
+		}
+		s.live = lp
+	}
 }
 
 // poolConfig is the warm pools' configuration.

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/testutil"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/oci/backend"
+	"github.com/sandcell/sandcell/rootfs"
 )
 
 // TestWasmOnly: on a host without a kernel sandbox the set is the wasm
@@ -65,3 +69,63 @@ func TestStartSandboxRuncOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestLivePoolServes: a server with a warm pool serves a live sandbox of
+// a kind asked for before from its pool of live sandboxes, and Close
+// leaves nothing of the pool.
+func TestLivePoolServes(t *testing.T) {
+	state, cg := testutil.StateDir(t, "sandcell-runtimes-test-")
+	dir := filepath.Join(t.TempDir(), "pool")
+	s, err := Open(Config{HostSettings: HostSettings{CgroupParent: cg, MaxPids: 4096, PoolSize: 1, UIDBase: 100000}, StateDir: state,
+		Isolation: "runc", LivePoolDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("the live pool's dir after Close: %d entries", len(ents))
+		}
+	}()
+	if s.live == nil {
+		t.Fatal("no live pool with PoolSize 1 and LivePoolDir")
+	}
+	layers := os.Getenv("SANDCELL_LAYER_DIR")
+	if layers == "" {
+		layers = rootfs.DefaultDir()
+	}
+	l, err := rootfs.Lookup("python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := (&rootfs.Store{Dir: layers}).Root(l)
+	testutil.Require(t, err == nil, "layer python: %v", err)
+	lim, _, err := limits.Resolve(limits.Defaults(), limits.Ceilings(), limits.Set{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &oci.Request{Root: root, Env: []string{"PATH=/usr/bin:/bin"}, Limits: lim}
+	for i := range 2 {
+		if i == 1 {
+			for deadline := time.Now().Add(60 * time.Second); s.live.Idle() < 1; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no live sandbox prepared after 60s")
+				}
+			}
+		}
+		sb, err := s.StartSandbox(context.Background(), req, oci.SandboxOptions{ID: "s" + strconv.Itoa(i),
+			UpperDir: filepath.Join(t.TempDir(), "upper"), DiskBytes: 64 << 20, User: "user", Home: "/home/user"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Destroy()
+	}
+	if h := s.live.Hits(); h != 1 {
+		t.Errorf("hits = %d, want 1 (the second create)", h)
+	}
+}
+
+// The test binary is the containers' init too (as cmd/sandcell is).
+func init() { backend.Init() }

@@ -59,41 +59,63 @@ var liveIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.]{0,62}$`)
 
 // StartSandbox starts a live sandbox (oci.LiveRuntime).
 func (r *Libcontainer) StartSandbox(ctx context.Context, req *oci.Request, opts oci.SandboxOptions) (oci.Sandbox, error) {
+	if err := r.checkSandbox(req, opts); err != nil {
+		return nil, err
+	}
+	s, err := r.startLive(ctx, req, opts, opts.ID)
+	if err != nil {
+		return nil, err // not a nil *liveSandbox in the interface
+	}
+	return s, nil
+}
+
+// checkSandbox refuses what StartSandbox cannot start.
+func (r *Libcontainer) checkSandbox(req *oci.Request, opts oci.SandboxOptions) error {
 	vreq := *req
 	if len(vreq.Args) == 0 {
 		vreq.Args = []string{"sandcell-init"} // the init is the program
 	}
 	if err := vreq.Validate(); err != nil {
-		return nil, err
+		return err
 	}
 	if r.cfg.SingleID {
-		return nil, fmt.Errorf("%w: live sandboxes need a server with a uid range (root); this one maps a single id", oci.ErrInvalidRequest)
+		return fmt.Errorf("%w: live sandboxes need a server with a uid range (root); this one maps a single id", oci.ErrInvalidRequest)
 	}
 	if opts.ID != "" && !liveIDPattern.MatchString(opts.ID) {
-		return nil, fmt.Errorf("%w: sandbox id %q: letters, digits, '_' and '.', at most 63", oci.ErrInvalidRequest, opts.ID)
+		return fmt.Errorf("%w: sandbox id %q: letters, digits, '_' and '.', at most 63", oci.ErrInvalidRequest, opts.ID)
 	}
 	if !filepath.IsAbs(opts.UpperDir) || filepath.Clean(opts.UpperDir) != opts.UpperDir {
-		return nil, fmt.Errorf("%w: upper dir %q is not a clean absolute path", oci.ErrInvalidRequest, opts.UpperDir)
+		return fmt.Errorf("%w: upper dir %q is not a clean absolute path", oci.ErrInvalidRequest, opts.UpperDir)
 	}
 	if opts.DiskBytes < minLiveDisk {
-		return nil, fmt.Errorf("%w: disk of %s: at least %s", oci.ErrInvalidRequest, limits.FormatSize(opts.DiskBytes), limits.FormatSize(minLiveDisk))
+		return fmt.Errorf("%w: disk of %s: at least %s", oci.ErrInvalidRequest, limits.FormatSize(opts.DiskBytes), limits.FormatSize(minLiveDisk))
 	}
 	if opts.Home != "" && (!filepath.IsAbs(opts.Home) || filepath.Clean(opts.Home) != opts.Home || opts.Home == "/") {
-		return nil, fmt.Errorf("%w: home %q is not a clean absolute path", oci.ErrInvalidRequest, opts.Home)
+		return fmt.Errorf("%w: home %q is not a clean absolute path", oci.ErrInvalidRequest, opts.Home)
 	}
+	return liveRequest(req).CheckNetwork()
+}
+
+// liveRequest is req as a live sandbox's init is started with: no
+// program, streams or files of a run.
+func liveRequest(req *oci.Request) *oci.Request {
 	lreq := *req
 	lreq.Args = nil
 	lreq.Stdin, lreq.StdinStream, lreq.Files, lreq.Collect, lreq.OnOutput = nil, nil, nil, nil, nil
-	if err := lreq.CheckNetwork(); err != nil {
-		return nil, err
-	}
+	return &lreq
+}
+
+// startLive starts a live sandbox of a checked request; its container is
+// named <instance>-<name> (the next number when "").
+func (r *Libcontainer) startLive(ctx context.Context, req *oci.Request, opts oci.SandboxOptions, name string) (*liveSandbox, error) {
+	lreq := liveRequest(req)
 	disk := &liveDisk{upperDir: opts.UpperDir, bytes: opts.DiskBytes, lower: req.Root, home: opts.Home,
 		uidBase: r.cfg.UIDBase, user: oci.SandboxUID}
 	ours, theirs, err := newAgentPair()
 	if err != nil {
 		return nil, err
 	}
-	c, err := r.prepare(ctx, &lreq, nil, prepareAs{direct: true, live: disk, name: opts.ID, agent: theirs})
+	c, err := r.prepare(ctx, lreq, nil, prepareAs{direct: true, live: disk, name: name, agent: theirs})
 	if err != nil {
 		theirs.Close() // closed by then if the init started; twice is harmless
 		ours.Close()

@@ -310,7 +310,10 @@ func (c *Config) Runtimes(log *slog.Logger, poolBusy func() bool) runtimes.Confi
 		NoKernelSandbox: c.NoKernelSandbox,
 		WasmCache:       filepath.Join(c.LayerDir, "wasm-cache"),
 		PoolBusy:        poolBusy,
-		Logger:          log,
+		// Beside SandboxesPath: a prepared sandbox's disk is renamed into
+		// its UpperDir there.
+		LivePoolDir: filepath.Join(c.LayerDir, "sandboxes-pool"),
+		Logger:      log,
 	}
 }
 
