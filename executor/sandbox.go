@@ -95,19 +95,11 @@ type StartedSandbox struct {
 	// clamped to the server's ceilings.
 	Limits limits.Set
 	Notes  []string
-	// gw is its network gateway under a policy (nil: no network).
-	gw *netpolicy.Gateway
-}
-
-// NetworkLog is what the sandbox did through its network policy so far:
-// the first connections made and refused, with the totals (bounded as a
-// run's, netpolicy.MaxEntries); nil without a policy.
-func (s *StartedSandbox) NetworkLog() *api.NetworkLog {
-	if s.gw == nil {
-		return nil
-	}
-	l := s.gw.Log()
-	return &l
+	// NetworkLog, under a network policy, reads what the sandbox did
+	// through it so far: the first connections made and refused, with
+	// the totals (bounded as a run's, netpolicy.MaxEntries); nil without
+	// a policy.
+	NetworkLog func() api.NetworkLog
 }
 
 // netSandbox is a live sandbox with a network gateway, which lives as
@@ -191,8 +183,12 @@ func (e *Executor) StartSandbox(ctx context.Context, req SandboxRequest) (*Start
 	if gw != nil {
 		sb = netSandbox{Sandbox: sb, gw: gw}
 	}
-	return &StartedSandbox{Sandbox: sb, Template: tpl, Language: p.Language, Image: image, Env: p.Env, Own: req.Env,
-		Limits: p.Run.Limits, Notes: p.Notes, gw: gw}, nil
+	started := &StartedSandbox{Sandbox: sb, Template: tpl, Language: p.Language, Image: image, Env: p.Env, Own: req.Env,
+		Limits: p.Run.Limits, Notes: p.Notes}
+	if gw != nil {
+		started.NetworkLog = gw.Log
+	}
+	return started, nil
 }
 
 // template resolves a sandbox's template to the language and image of

@@ -224,8 +224,8 @@ func TestStartSandboxNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.reqs[0].Network == nil || sb.NetworkLog() == nil {
-		t.Fatalf("backend gateway %v, log %v: want both", f.reqs[0].Network, sb.NetworkLog())
+	if f.reqs[0].Network == nil || sb.NetworkLog == nil {
+		t.Fatalf("backend gateway %v, log reader %t: want both", f.reqs[0].Network, sb.NetworkLog != nil)
 	}
 	for _, op := range []func() error{sb.Pause, sb.Resume, sb.Destroy} {
 		if err := op(); err != nil {
@@ -236,7 +236,7 @@ func TestStartSandboxNetwork(t *testing.T) {
 		t.Errorf("the backend's sandbox saw %q", f.calls)
 	}
 	plain, err := r.StartSandbox(ctx, SandboxRequest{Template: "python"})
-	if err != nil || f.reqs[1].Network != nil || plain.NetworkLog() != nil {
-		t.Errorf("without a policy: %v, gateway %v, log %v", err, f.reqs[1].Network, plain.NetworkLog())
+	if err != nil || f.reqs[1].Network != nil || plain.NetworkLog != nil {
+		t.Errorf("without a policy: %v, gateway %v, log reader %t", err, f.reqs[1].Network, plain.NetworkLog != nil)
 	}
 }
