@@ -165,6 +165,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 			Languages: rest.BuiltLanguages(svc.exec.LayerStore), Ceilings: env.cfg.Ceilings,
 			Workers: env.cfg.MaxRuns, Logger: env.log,
 			Judge0Callbacks: egress.Config{Allow: sc.Judge0CallbackAllow, Hosts: env.cfg.Deps.Hosts, Logger: env.log, Labels: []any{"judge0", "callback"}},
+			NetworkAllow:    env.cfg.Network.Allow,
 			Sandboxes:       liveREST.Sandboxes, SandboxDomain: liveREST.SandboxDomain})
 		defer rh.Close()
 		mux.Handle("/", drain.Wrap(rh))
