@@ -92,6 +92,10 @@ type SandboxInfo struct {
 	Home string `json:"home"`
 	// Processes is how many of its processes run.
 	Processes int `json:"processes"`
+	// Network, for a sandbox with a network policy, is what it did
+	// through it so far: its first connections made and refused (with
+	// the reason) and the totals charged to it.
+	Network *NetworkLog `json:"network,omitempty"`
 }
 
 // LimitsInfo are limits in force, in the units of Limits.

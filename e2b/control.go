@@ -59,6 +59,10 @@ type newSandbox struct {
 	Secure     *bool             `json:"secure"`
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
+	// Network and AllowInternetAccess map onto the sandbox's network
+	// policy (network.go).
+	Network             *networkConfig `json:"network"`
+	AllowInternetAccess *bool          `json:"allow_internet_access"`
 	// Refused: nothing here serves them.
 	MCP          json.RawMessage `json:"mcp"`
 	VolumeMounts json.RawMessage `json:"volumeMounts"`
@@ -150,6 +154,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		spec = api.SandboxSpec{Template: tmpl}
 	}
 	spec.Metadata, spec.Env = req.Metadata, req.EnvVars
+	network, err := h.networkPolicy(req.Network, req.AllowInternetAccess)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.Network != nil || req.AllowInternetAccess != nil {
+		spec.Network = network // else the template's
+	}
 	spec.LifetimeMS = defaultTimeout.Milliseconds()
 	if req.Timeout != nil {
 		if *req.Timeout <= 0 {

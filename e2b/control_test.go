@@ -327,3 +327,57 @@ func TestNodeNamesIDs(t *testing.T) {
 		t.Error("a node name outside [a-z][a-z0-9]* was taken")
 	}
 }
+
+// E2B's network options on create map onto the sandbox's network policy:
+// allowOut's names with denyOut of all traffic (or allow_internet_access
+// false) are its allowlist; no option is no network; what cannot map is
+// refused with E2B's error shape and nothing is created.
+func TestCreateNetwork(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct {
+		body map[string]any
+		want []string // the policy's allowlist; nil: no network
+	}{
+		{map[string]any{"network": map[string]any{"allowOut": []string{"Git.Test", "*.pypi.org", "git.test"}, "denyOut": []string{"0.0.0.0/0"}}}, []string{"*.pypi.org", "git.test"}},
+		{map[string]any{"allow_internet_access": false, "network": map[string]any{"allowOut": []string{"git.test"}}}, []string{"git.test"}},
+		{map[string]any{"network": map[string]any{"denyOut": []string{"0.0.0.0/0"}}}, nil},
+		{map[string]any{"allow_internet_access": false}, nil},
+		{map[string]any{"network": map[string]any{"allowPublicTraffic": false}}, nil},
+		{map[string]any{}, nil},
+	} {
+		c.body["templateID"] = "base"
+		before := len(e.sb.specs)
+		resp, b := e.api("POST", "/sandboxes", c.body)
+		if resp.StatusCode != 201 || len(e.sb.specs) != before+1 {
+			t.Errorf("%v: %d %s", c.body, resp.StatusCode, b)
+			continue
+		}
+		n := e.sb.specs[before].Network
+		if c.want == nil && n != nil || c.want != nil && (n == nil || !slices.Equal(n.Allow, c.want)) {
+			t.Errorf("%v: policy %+v, want allow %q", c.body, n, c.want)
+		}
+	}
+	for _, c := range []struct {
+		body map[string]any
+		says string
+	}{
+		{map[string]any{"network": map[string]any{"allowOut": []string{"git.test"}}}, "allows all traffic in E2B"},
+		{map[string]any{"network": map[string]any{"allowOut": []string{"8.8.8.8"}, "denyOut": []string{"0.0.0.0/0"}}}, "by name only"},
+		{map[string]any{"network": map[string]any{"allowOut": []string{"10.0.0.0/8"}, "denyOut": []string{"0.0.0.0/0"}}}, "by name only"},
+		{map[string]any{"network": map[string]any{"denyOut": []string{"evil.test"}}}, "domain names are not supported for deny rules"},
+		{map[string]any{"allow_internet_access": true}, "allow_internet_access true is not supported"},
+		{map[string]any{"network": map[string]any{"allowPublicTraffic": true}}, "allowPublicTraffic true is not supported"},
+		{map[string]any{"network": map[string]any{"egressProxy": map[string]any{"address": "p:1080"}}}, "network.egressProxy is not supported"},
+		{map[string]any{"network": map[string]any{"rules": map[string]any{"a.test": []any{}}}}, "network.rules is not supported"},
+		{map[string]any{"network": map[string]any{"maskRequestHost": "x"}}, "network.maskRequestHost is not supported"},
+	} {
+		c.body["templateID"] = "base"
+		before := len(e.sb.specs)
+		resp, b := e.api("POST", "/sandboxes", c.body)
+		var ae apiError
+		json.Unmarshal(b, &ae)
+		if resp.StatusCode != 400 || ae.Code != 400 || !strings.Contains(ae.Message, c.says) || len(e.sb.specs) != before {
+			t.Errorf("%v: %d %s, want 400 saying %q and no sandbox", c.body, resp.StatusCode, b, c.says)
+		}
+	}
+}

@@ -23,6 +23,8 @@ type fakeSandboxes struct {
 	mu    sync.Mutex
 	n     int
 	boxes map[string]*fakeBox
+	// specs are what CreateSandbox was asked, in order.
+	specs []api.SandboxSpec
 	// refuse: templates CreateSandbox refuses as unknown.
 	refuse map[string]bool
 	// ports every new sandbox listens on (port -> loopback address).
@@ -67,6 +69,7 @@ func (f *fakeSandboxes) box(id string) (*fakeBox, error) {
 func (f *fakeSandboxes) CreateSandbox(ctx context.Context, spec api.SandboxSpec) (api.SandboxInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.specs = append(f.specs, spec)
 	if f.refuse[spec.Template] {
 		return api.SandboxInfo{}, api.Invalid("unknown template " + spec.Template)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/netpolicy"
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
@@ -62,6 +63,10 @@ type SandboxRequest struct {
 	Workspace oci.Workspace
 	WorkBytes int64
 	Installed map[string][]string
+	// Network is its network policy (nil: none), narrowed to the
+	// server's ceiling for its language as a run's is; its budgets hold
+	// for the sandbox's whole life.
+	Network *api.Network
 	// ID, UpperDir, DiskBytes, User and Home are the backend's
 	// (oci.SandboxOptions).
 	ID        string
@@ -90,6 +95,41 @@ type StartedSandbox struct {
 	// clamped to the server's ceilings.
 	Limits limits.Set
 	Notes  []string
+	// NetworkLog, under a network policy, reads what the sandbox did
+	// through it so far: the first connections made and refused, with
+	// the totals (bounded as a run's, netpolicy.MaxEntries); nil without
+	// a policy.
+	NetworkLog func() api.NetworkLog
+}
+
+// netSandbox is a live sandbox with a network gateway, which lives as
+// long as the sandbox: paused with it (no traffic while it is frozen) and
+// closed when it is destroyed.
+type netSandbox struct {
+	oci.Sandbox
+	gw *netpolicy.Gateway
+}
+
+func (s netSandbox) Pause() error {
+	if err := s.Sandbox.Pause(); err != nil {
+		return err
+	}
+	return s.gw.Pause()
+}
+
+func (s netSandbox) Resume() error {
+	if err := s.gw.Resume(); err != nil {
+		return err
+	}
+	return s.Sandbox.Resume()
+}
+
+// Destroy destroys the sandbox, then its gateway (every connection cut);
+// after it the log is complete.
+func (s netSandbox) Destroy() error {
+	err := s.Sandbox.Destroy()
+	s.gw.Close()
+	return err
 }
 
 // StartSandbox plans a live sandbox and starts it on Options.Sandboxes.
@@ -112,17 +152,43 @@ func (e *Executor) StartSandbox(ctx context.Context, req SandboxRequest) (*Start
 	if err != nil {
 		return nil, err
 	}
-	if err := adm.enter(ctx); err != nil {
-		return nil, err
-	}
-	sb, err := e.opts.Sandboxes.StartSandbox(ctx, &oci.Request{Root: p.Run.Root, Env: p.Env, Limits: p.Run.Limits,
-		Workspace: req.Workspace, WorkBytes: req.WorkBytes, Mounts: p.Mounts},
-		oci.SandboxOptions{ID: req.ID, UpperDir: req.UpperDir, DiskBytes: req.DiskBytes, User: req.User, Home: req.Home})
+	cfg, err := e.networkPolicy(req.Network, p.Language, "runc")
 	if err != nil {
 		return nil, err
 	}
-	return &StartedSandbox{Sandbox: sb, Template: tpl, Language: p.Language, Image: image, Env: p.Env, Own: req.Env,
-		Limits: p.Run.Limits, Notes: p.Notes}, nil
+	if err := adm.enter(ctx); err != nil {
+		return nil, err
+	}
+	oreq := &oci.Request{Root: p.Run.Root, Env: p.Env, Limits: p.Run.Limits,
+		Workspace: req.Workspace, WorkBytes: req.WorkBytes, Mounts: p.Mounts}
+	var gw *netpolicy.Gateway
+	if cfg != nil {
+		// The sandbox's life is its lifetime (the service's clock, which
+		// stops while it is paused): the gateway's own clock is the
+		// longest, and Destroy ends it.
+		cfg.Budget.Time = netpolicy.Ceiling.Time
+		if gw, err = netpolicy.New(*cfg); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNetwork, err)
+		}
+		oreq.Network = gw
+	}
+	sb, err := e.opts.Sandboxes.StartSandbox(ctx, oreq,
+		oci.SandboxOptions{ID: req.ID, UpperDir: req.UpperDir, DiskBytes: req.DiskBytes, User: req.User, Home: req.Home})
+	if err != nil {
+		if gw != nil {
+			gw.Close()
+		}
+		return nil, err
+	}
+	if gw != nil {
+		sb = netSandbox{Sandbox: sb, gw: gw}
+	}
+	started := &StartedSandbox{Sandbox: sb, Template: tpl, Language: p.Language, Image: image, Env: p.Env, Own: req.Env,
+		Limits: p.Run.Limits, Notes: p.Notes}
+	if gw != nil {
+		started.NetworkLog = gw.Log
+	}
+	return started, nil
 }
 
 // template resolves a sandbox's template to the language and image of

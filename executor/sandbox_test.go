@@ -17,18 +17,31 @@ import (
 // fakeLive is an oci.LiveRuntime that records what it was asked and
 // starts sandboxes that do nothing (service's tests drive whole ones).
 type fakeLive struct {
-	mu   sync.Mutex
-	reqs []oci.Request
-	opts []oci.SandboxOptions
-	err  error
+	mu    sync.Mutex
+	reqs  []oci.Request
+	opts  []oci.SandboxOptions
+	err   error
+	calls []string
 }
 
 type fakeLiveSandbox struct {
 	oci.Sandbox
-	id string
+	id    string
+	calls *[]string // Pause, Resume, Destroy as called
 }
 
 func (s fakeLiveSandbox) ID() string { return s.id }
+
+func (s fakeLiveSandbox) call(name string) error {
+	if s.calls != nil {
+		*s.calls = append(*s.calls, name)
+	}
+	return nil
+}
+
+func (s fakeLiveSandbox) Pause() error   { return s.call("pause") }
+func (s fakeLiveSandbox) Resume() error  { return s.call("resume") }
+func (s fakeLiveSandbox) Destroy() error { return s.call("destroy") }
 
 func (f *fakeLive) StartSandbox(_ context.Context, req *oci.Request, opts oci.SandboxOptions) (oci.Sandbox, error) {
 	f.mu.Lock()
@@ -37,7 +50,7 @@ func (f *fakeLive) StartSandbox(_ context.Context, req *oci.Request, opts oci.Sa
 		return nil, f.err
 	}
 	f.reqs, f.opts = append(f.reqs, *req), append(f.opts, opts)
-	return fakeLiveSandbox{id: opts.ID}, nil
+	return fakeLiveSandbox{id: opts.ID, calls: &f.calls}, nil
 }
 
 func liveRig(t *testing.T, edit ...func(*Settings)) (*rig, *fakeLive) {
@@ -182,5 +195,48 @@ func TestSandboxProcessEnv(t *testing.T) {
 		if v, once := envValue(env, k); v != want || !once {
 			t.Errorf("%s = %q (once: %v), want %q in %q", k, v, once, want, env)
 		}
+	}
+}
+
+// A sandbox's network policy is narrowed to the server's ceiling for its
+// language as a run's (refused past it, before the backend), and the
+// backend gets a gateway that lives as long as the sandbox: paused,
+// resumed and closed with it; its log is the sandbox's. Without a policy
+// it gets none.
+func TestStartSandboxNetwork(t *testing.T) {
+	ctx := context.Background()
+	r, f := liveRig(t, func(s *Settings) { s.Network.Allow = map[string][]string{"python": {"git.test"}} })
+	for _, c := range []struct {
+		req  SandboxRequest
+		want string
+	}{
+		{SandboxRequest{Template: "python", Network: &api.Network{Allow: []string{"evil.test"}}}, "outside the server's allowlist"},
+		{SandboxRequest{Template: "sh", Network: &api.Network{Allow: []string{"git.test"}}}, "allows sh programs no network"},
+	} {
+		if _, err := r.StartSandbox(ctx, c.req); !errors.Is(err, ErrNetwork) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.req.Network, err, c.want)
+		}
+	}
+	if len(f.reqs) != 0 {
+		t.Fatalf("refused sandboxes reached the backend: %d", len(f.reqs))
+	}
+	sb, err := r.StartSandbox(ctx, SandboxRequest{Template: "python", Network: &api.Network{Allow: []string{"git.test:443"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.reqs[0].Network == nil || sb.NetworkLog == nil {
+		t.Fatalf("backend gateway %v, log reader %t: want both", f.reqs[0].Network, sb.NetworkLog != nil)
+	}
+	for _, op := range []func() error{sb.Pause, sb.Resume, sb.Destroy} {
+		if err := op(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(f.calls, []string{"pause", "resume", "destroy"}) {
+		t.Errorf("the backend's sandbox saw %q", f.calls)
+	}
+	plain, err := r.StartSandbox(ctx, SandboxRequest{Template: "python"})
+	if err != nil || f.reqs[1].Network != nil || plain.NetworkLog != nil {
+		t.Errorf("without a policy: %v, gateway %v, log reader %t", err, f.reqs[1].Network, plain.NetworkLog != nil)
 	}
 }

@@ -254,3 +254,25 @@ func TestLivePortURLWithoutProxy(t *testing.T) {
 		t.Errorf("port_url without a proxy: %s", resText(r))
 	}
 }
+
+// The sandbox tool's network argument: offered and passed on as the
+// sandbox's policy when the server has a ceiling (get then shows the
+// log's counts); absent from the schema and refused when it has none.
+func TestLiveSandboxToolNetwork(t *testing.T) {
+	s := NewServer(&Options{Name: "sandcell-test", Version: "0.0.1"})
+	fake := testutil.NewFakeSandboxes()
+	AddLiveSandboxTools(s, fake, &LiveOptions{Network: true})
+	c := dialSandbox(t, s, nil)
+	r := c.tool("sandbox", map[string]any{"action": "create", "template": "python", "network": []string{"git.test"}})
+	if isErr(r) || !strings.Contains(resText(r), "network: 0 connections, 0 refused") {
+		t.Fatalf("create with a network: %s", resText(r))
+	}
+	if l, _ := fake.Sandboxes(t.Context()); len(l) != 1 || l[0].Network == nil {
+		t.Errorf("the service got %+v, want a sandbox under a policy", l)
+	}
+	c, _ = liveServer(t)
+	r = c.tool("sandbox", map[string]any{"action": "create", "template": "python", "network": []string{"git.test"}})
+	if !isErr(r) || !strings.Contains(resText(r), "network") {
+		t.Errorf("a server without a ceiling: %s", resText(r))
+	}
+}

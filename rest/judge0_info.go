@@ -135,7 +135,7 @@ func (j *judge0) configInfo(w http.ResponseWriter, r *http.Request) {
 		"max_submission_batch_size":                        judge0MaxBatch,
 		"submission_cache_duration":                        0.0, // every GET reads the submission as it is
 		"use_docs_as_homepage":                             false,
-		"allow_enable_network":                             false,
+		"allow_enable_network":                             len(j.h.opts.NetworkAllow) > 0,
 		"enable_network":                                   false,
 	})
 }

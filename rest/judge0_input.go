@@ -38,6 +38,7 @@ type judge0Input struct {
 	cpuLimit, extraTime, wallLimit  float64 // seconds, as shown
 	memoryKB, stackKB, procs, fsize int64
 	redirect                        bool
+	network                         bool // enable_network
 
 	req       api.Request // what Execute gets
 	cpuLimitM int64       // the CPU limit asked, ms: over it is Time Limit Exceeded (the extra time is grace)
@@ -80,6 +81,11 @@ func (j *judge0) parse(raw json.RawMessage, b64 bool) (*judge0Input, fieldErrors
 				a.errs.add("callback_url", "%v", err)
 			}
 		}
+	}
+	if in.network && len(j.h.networkAllow(in.lang.lang.Name)) == 0 {
+		// Judge0's words when ALLOW_ENABLE_NETWORK is off; here the
+		// operator allows this language no host.
+		a.errs.add("enable_network", "enabling network is not allowed")
 	}
 	asked := a.limits(j.conf)
 	if len(a.errs) > 0 {
@@ -152,9 +158,7 @@ func (a j0Attrs) options(in *judge0Input) {
 			a.errs.add(f, "this option cannot be enabled")
 		}
 	}
-	if v, _ := a.boolean("enable_network"); v {
-		a.errs.add("enable_network", "enabling network is not allowed")
-	}
+	in.network, _ = a.boolean("enable_network")
 	in.redirect, _ = a.boolean("redirect_stderr_to_stdout")
 	in.commandLineArgs, in.args = a.argv("command_line_arguments")
 }
@@ -287,6 +291,11 @@ func (j *judge0) build(in *judge0Input, as judge0Asked) error {
 		CompileLimits: &api.Limits{}}
 	if in.stdin != nil {
 		in.req.Stdin = in.stdin
+	}
+	if in.network {
+		// Judge0 CE's enable_network: the program gets the network the
+		// operator allows its language, all of it.
+		in.req.Network = &api.Network{Allow: j.h.networkAllow(lang.Name)}
 	}
 	return nil
 }

@@ -437,3 +437,38 @@ func TestJudge0CallbacksInFlightBounded(t *testing.T) {
 		t.Errorf("%d callbacks under way for %d finished submissions, want the bound %d", got, n, judge0CallbacksInFlight)
 	}
 }
+
+// TestJudge0EnableNetwork: Judge0 CE's enable_network maps onto the
+// operator's allowlist for the language (--network-allow): true gives the
+// program all of it, false or absent none; a language the operator allows
+// no host is refused in Judge0's words before anything runs. The
+// submission shows what it was given; config_info says network may be
+// enabled.
+func TestJudge0EnableNetwork(t *testing.T) {
+	ts, fe, _ := newTestServer(t, func(o *Options) {
+		o.NetworkAllow = map[string][]string{"*": {"*.pypi.org:443"}, "python": {"git.test"}}
+	})
+	fe.run = hello
+	status, _, v := do(t, "POST", ts.URL+"/submissions?wait=true&fields=enable_network,status_id", `{"language_id":71,"source_code":"print(1)","enable_network":true}`, nil)
+	if m := obj(t, v); status != 201 || m["enable_network"] != true {
+		t.Errorf("enabled: HTTP %d %v", status, v)
+	}
+	if n := fe.last(t).Network; n == nil || !slices.Equal(n.Allow, []string{"*.pypi.org:443", "git.test"}) {
+		t.Errorf("enabled: the run's network %+v, want the operator's allowlist for python", n)
+	}
+	for _, body := range []string{`{"language_id":71,"source_code":"print(1)","enable_network":false}`, `{"language_id":71,"source_code":"print(1)"}`} {
+		status, _, v = do(t, "POST", ts.URL+"/submissions?wait=true&fields=enable_network", body, nil)
+		if m := obj(t, v); status != 201 || m["enable_network"] != false || fe.last(t).Network != nil {
+			t.Errorf("%s: HTTP %d %v, network %+v; want none", body, status, v, fe.last(t).Network)
+		}
+	}
+	_, _, v = do(t, "GET", ts.URL+"/config_info", "", nil)
+	if m := obj(t, v); m["allow_enable_network"] != true {
+		t.Errorf("config_info allow_enable_network %v", m["allow_enable_network"])
+	}
+	ts, fe, _ = newTestServer(t, func(o *Options) { o.NetworkAllow = map[string][]string{"javascript": {"git.test"}} })
+	status, _, v = do(t, "POST", ts.URL+"/submissions?wait=true", `{"language_id":71,"source_code":"print(1)","enable_network":true}`, nil)
+	if m := obj(t, v); status != 422 || fmt.Sprint(m["enable_network"]) != "[enabling network is not allowed]" || fe.count() != 0 {
+		t.Errorf("python without an allowance: HTTP %d %v, %d runs", status, v, fe.count())
+	}
+}

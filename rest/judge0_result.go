@@ -252,8 +252,10 @@ func (in *judge0Input) setting(f string) any {
 		return in.procs
 	case "max_file_size":
 		return in.fsize
-	case "enable_per_process_and_thread_time_limit", "enable_per_process_and_thread_memory_limit", "enable_network":
+	case "enable_per_process_and_thread_time_limit", "enable_per_process_and_thread_memory_limit":
 		return false
+	case "enable_network":
+		return in.network
 	case "redirect_stderr_to_stdout":
 		return in.redirect
 	case "compiler_options":

@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -75,6 +76,12 @@ type Options struct {
 	// judge0_callback.go): the host:port pairs an operator allowlisted
 	// and the names mapped to addresses. No Allow: callbacks refused.
 	Judge0Callbacks egress.Config
+	// NetworkAllow is the operator's ceiling of programs' network
+	// (--network-allow, executor.NetworkOptions.Allow): the hosts a
+	// language's programs (by canonical name, or "*" for all) may be
+	// allowed. The APIs whose network option is a switch (Judge0's
+	// enable_network) give a program all of its language's; nil: none.
+	NetworkAllow map[string][]string
 	// MaxBodyBytes caps a request body (0: 16 MiB, as /mcp's messages).
 	MaxBodyBytes int64
 	// Logger receives the adapters' logs (nil: discarded).
@@ -309,4 +316,10 @@ func retryAfter(err error) string {
 		secs = max(1, (be.RetryAfter.Milliseconds()+999)/1000)
 	}
 	return fmt.Sprint(secs)
+}
+
+// networkAllow is the operator's allowlist for programs of lang (its own
+// entries and every language's), nil if none.
+func (h *Handler) networkAllow(lang string) []string {
+	return slices.Concat(h.opts.NetworkAllow["*"], h.opts.NetworkAllow[lang])
 }

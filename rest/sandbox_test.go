@@ -618,3 +618,24 @@ func TestPortHostsBeforeOtherRoutes(t *testing.T) {
 		t.Error("PortHosts without sandboxes is nil")
 	}
 }
+
+// A sandbox's network policy is the spec's network, as the service takes
+// it; its info carries the connection log; a malformed policy is refused
+// before the service sees it.
+func TestSandboxNetworkRoute(t *testing.T) {
+	srv, _ := sandboxServer(t)
+	code, _, body := call(t, srv, "POST", "/v1/sandboxes", `{"template":"python","network":{"allow":["git.test"],"max_connections":5}}`)
+	if code != http.StatusCreated || decode[api.SandboxInfo](t, body).Network == nil {
+		t.Fatalf("create with a policy: %d %s", code, body)
+	}
+	id := decode[api.SandboxInfo](t, body).ID
+	if code, _, body = call(t, srv, "GET", "/v1/sandboxes/"+id, ""); code != 200 || !strings.Contains(body, `"network":{"entries":[]`) {
+		t.Errorf("get: %d %s, want the network log", code, body)
+	}
+	if code, _, body = call(t, srv, "POST", "/v1/sandboxes", `{"template":"python"}`); code != http.StatusCreated || strings.Contains(body, `"network"`) {
+		t.Errorf("without a policy: %d %s, want no network log", code, body)
+	}
+	if code, _, body = call(t, srv, "POST", "/v1/sandboxes", `{"template":"python","network":{"allow_out":["git.test"]}}`); code != http.StatusBadRequest {
+		t.Errorf("unknown network field: %d %s, want 400", code, body)
+	}
+}

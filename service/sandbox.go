@@ -278,7 +278,7 @@ func (l *Live) CreateSandbox(ctx context.Context, spec api.SandboxSpec) (api.San
 		notes = append(notes, fmt.Sprintf("re-created on the files of sandbox %s from before: its processes are gone", id))
 	}
 	req := executor.SandboxRequest{Template: spec.Template, Language: spec.Language, Image: spec.Image, Limits: spec.Limits,
-		Env: envList(spec.Env), ID: id, UpperDir: dir, DiskBytes: diskMB << 20, User: sandboxUser, Home: sandboxHome,
+		Env: envList(spec.Env), Network: spec.Network, ID: id, UpperDir: dir, DiskBytes: diskMB << 20, User: sandboxUser, Home: sandboxHome,
 		Admit: l.s.admit()}
 	var st *executor.StartedSandbox
 	start := func() error {
@@ -656,6 +656,10 @@ func (sb *liveSandbox) snapshot() api.SandboxInfo {
 		info.State, info.EndAt = api.SandboxPaused, sb.l.clock.Now().Add(sb.left)
 	}
 	info.Processes = sb.running
+	if sb.st.NetworkLog != nil {
+		log := sb.st.NetworkLog()
+		info.Network = &log
+	}
 	return info
 }
 

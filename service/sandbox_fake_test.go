@@ -100,9 +100,16 @@ func (f *fakeLive) start(ctx context.Context, req executor.SandboxRequest) (*exe
 	if req.Image != "" && req.Language == "" {
 		lang.Name = "image"
 	}
-	return &executor.StartedSandbox{Sandbox: sb, Template: tpl, Language: lang, Image: req.Image,
+	st := &executor.StartedSandbox{Sandbox: sb, Template: tpl, Language: lang, Image: req.Image,
 		Env: append([]string{"PATH=/usr/bin:/bin"}, req.Env...), Own: req.Env, Limits: limits.Set{MemoryBytes: 256 << 20, Pids: 64},
-		Notes: []string{"memory clamped"}}, nil
+		Notes: []string{"memory clamped"}}
+	if req.Network.Enabled() {
+		// A gateway that refused the policy's first host once.
+		st.NetworkLog = func() api.NetworkLog {
+			return api.NetworkLog{Entries: []api.NetworkEntry{{Proto: "tcp", Host: req.Network.Allow[0], Refused: "budget"}}}
+		}
+	}
+	return st, nil
 }
 
 // box is the n-th sandbox started.

@@ -173,6 +173,24 @@ func TestSandboxTable(t *testing.T) {
 	wantErr(t, "kill unknown", e.l.KillSandbox(e.ctx, "x"), api.ErrNotFound)
 }
 
+// A sandbox's network policy reaches the executor, and what it did
+// through it is in its info; one without a policy has no log.
+func TestSandboxNetwork(t *testing.T) {
+	e := newLiveEnv(t, SandboxOptions{})
+	info := e.create(api.SandboxSpec{Network: &api.Network{Allow: []string{"git.test"}, MaxConnections: 3}})
+	if n := e.live.reqs[0].Network; n == nil || !slices.Equal(n.Allow, []string{"git.test"}) || n.MaxConnections != 3 {
+		t.Errorf("the executor got network %+v", n)
+	}
+	got, err := e.l.Sandbox(e.ctx, info.ID)
+	if err != nil || got.Network == nil || len(got.Network.Refusals()) != 1 || got.Network.Entries[0].Host != "git.test" {
+		t.Errorf("info's network log: %v %+v", err, got.Network)
+	}
+	plain := e.create(api.SandboxSpec{})
+	if e.live.reqs[1].Network != nil || plain.Network != nil {
+		t.Errorf("without a policy: executor got %+v, info %+v", e.live.reqs[1].Network, plain.Network)
+	}
+}
+
 // What a spec may not ask, and the ceilings.
 func TestSandboxSpecRefusals(t *testing.T) {
 	e := newLiveEnv(t, SandboxOptions{MaxLifetime: time.Hour, MaxDiskMB: 100})

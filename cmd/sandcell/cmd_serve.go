@@ -79,7 +79,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 		return env.fail(err)
 	}
 	srv := service.NewServer(svc.Service, service.ServerOptions{Version: version.String(), NoInstall: env.cfg.Deps.Off, Network: len(env.cfg.Network.Allow) > 0})
-	var liveREST rest.Options
+	liveREST := rest.Options{NetworkAllow: env.cfg.Network.Allow} // the sandbox tool offers network under a ceiling
 	setLiveBase := liveFrontEnds(liveSandboxesOf(svc), srv, &liveREST, sc)
 
 	// ctx ends at SIGTERM/SIGINT; the server's life, one drain later.
@@ -165,6 +165,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 			Languages: rest.BuiltLanguages(svc.exec.LayerStore), Ceilings: env.cfg.Ceilings,
 			Workers: env.cfg.MaxRuns, Logger: env.log,
 			Judge0Callbacks: egress.Config{Allow: sc.Judge0CallbackAllow, Hosts: env.cfg.Deps.Hosts, Logger: env.log, Labels: []any{"judge0", "callback"}},
+			NetworkAllow:    liveREST.NetworkAllow,
 			Sandboxes:       liveREST.Sandboxes, SandboxDomain: liveREST.SandboxDomain})
 		defer rh.Close()
 		mux.Handle("/", drain.Wrap(rh))

@@ -25,7 +25,8 @@ func liveSandboxesOf(svc *served) api.Sandboxes {
 
 // liveFrontEnds wires live sandboxes into the server's front ends: the
 // MCP tools sandbox and process on srv when the tool profile is "live",
-// and the HTTP API with its port proxy on the --http listener (ro). nil
+// and the HTTP API with its port proxy on the --http listener (ro; its
+// NetworkAllow, the ceiling, makes the sandbox tool offer network). nil
 // sb: none of it. The returned setBase tells the tools where --http
 // listens, once it does, for port_url.
 func liveFrontEnds(sb api.Sandboxes, srv *mcp.Server, ro *rest.Options, sc config.Serve) (setBase func(net.Addr)) {
@@ -39,7 +40,7 @@ func liveFrontEnds(sb api.Sandboxes, srv *mcp.Server, ro *rest.Options, sc confi
 	ro.Sandboxes, ro.SandboxDomain = sb, domain
 	var listen atomic.Pointer[string]
 	if sc.Tools == config.ToolsLive {
-		mcp.AddLiveSandboxTools(srv, sb, &mcp.LiveOptions{PortURL: func(id string, port int) string {
+		mcp.AddLiveSandboxTools(srv, sb, &mcp.LiveOptions{Network: len(ro.NetworkAllow) > 0, PortURL: func(id string, port int) string {
 			addr := listen.Load()
 			if addr == nil {
 				return ""

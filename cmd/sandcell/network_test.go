@@ -18,6 +18,7 @@ import (
 	"github.com/sandcell/sandcell/limits"
 	"github.com/sandcell/sandcell/oci"
 	"github.com/sandcell/sandcell/rootfs"
+	"github.com/sandcell/sandcell/service"
 )
 
 // TestNetworkRun: a program's network policy end to end, as a server
@@ -137,5 +138,74 @@ func TestNetworkPackageInstalls(t *testing.T) {
 				t.Errorf("the index saw no request through the gateway: %+v", gw.Log())
 			}
 		})
+	}
+}
+
+// TestNetworkLiveSandbox: a live sandbox's network policy end to end, as
+// a server wires it (--network-allow, the service, the executor, the
+// backend): a program that ignores proxy variables fetches the index's
+// page by name, a name outside the sandbox's list (inside the server's)
+// is refused, and the sandbox's info carries both in its log; a sandbox
+// without a policy has no network; a policy wider than the server's
+// ceiling is refused.
+func TestNetworkLiveSandbox(t *testing.T) {
+	testutil.RequireRoot(t)
+	h := newDepsHarness(t, func(c *config.Config) {
+		c.Network.Allow = map[string][]string{"python": {"pypi.test", "npm.test"}}
+	})
+	h.sb.SetSandboxOptions(service.SandboxOptions{Dir: filepath.Join(t.TempDir(), "sandboxes")})
+	t.Cleanup(func() { h.sb.Close() })
+	live, ctx := h.sb.Live(), t.Context()
+	prog := fmt.Sprintf(`
+import urllib.request, socket
+o = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+out = []
+try:
+    o.open("http://pypi.test:%d/simple/sandcellfixture/", timeout=10).read()
+    out.append("page ok")
+except Exception as e:
+    out.append("page refused %%s" %% e)
+try:
+    socket.getaddrinfo("npm.test", 80)
+    out.append("npm.test resolved")
+except OSError:
+    out.append("npm.test refused")
+open("/home/user/out", "w").write("\n".join(out))
+`, h.index.port)
+	probe := func(id string) string {
+		p, err := live.StartProcess(ctx, id, api.ProcessSpec{Argv: []string{"python3", "-c", prog}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex, err := live.Wait(ctx, id, p.PID); err != nil || ex.ExitCode != 0 {
+			t.Fatalf("probe: %v %+v", err, ex)
+		}
+		out, err := live.ReadFile(ctx, id, "/home/user/out", 1<<16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	info, err := live.CreateSandbox(ctx, api.SandboxSpec{Template: "python", Network: &api.Network{Allow: []string{fmt.Sprintf("pypi.test:%d", h.index.port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := probe(info.ID); !strings.Contains(out, "page ok") || !strings.Contains(out, "npm.test refused") {
+		t.Errorf("under the policy: %q", out)
+	}
+	info, err = live.Sandbox(ctx, info.ID)
+	if l := info.Network; err != nil || l == nil || l.Conns != 1 || len(l.Refusals()) == 0 || !strings.Contains(l.Refusals()[0].Refused, "npm.test") {
+		t.Errorf("the sandbox's network log %v %+v: want 1 connection and npm.test's refusal", err, info.Network)
+	}
+	plain, err := live.CreateSandbox(ctx, api.SandboxSpec{Template: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := probe(plain.ID); !strings.Contains(out, "page refused") || plain.Network != nil {
+		t.Errorf("without a policy: %q, log %+v", out, plain.Network)
+	}
+	if _, err := live.CreateSandbox(ctx, api.SandboxSpec{Template: "python", Network: &api.Network{Allow: []string{"*.test"}}}); err == nil ||
+		!strings.Contains(err.Error(), "outside the server's allowlist") {
+		t.Errorf("a policy wider than the ceiling: %v", err)
 	}
 }

@@ -278,6 +278,35 @@ func (g *Gateway) Close() error {
 	return nil
 }
 
+// Pause stops every packet between the sandbox and the gateway, both
+// ways, until Resume: the gateway's NIC is disabled, so what the sandbox
+// sends is dropped and nothing the upstream sends reaches it. A paused
+// live sandbox (its cgroup frozen) thus has no traffic either: the
+// kernel's TCP stack in its namespace, which still runs while its
+// processes are frozen, would otherwise go on taking data into their
+// sockets. Open connections survive a short pause (TCP retransmits) and
+// are cut past the idle timeout; the time budget runs on.
+func (g *Gateway) Pause() error {
+	if !g.stack.HasNIC(nicID) {
+		return nil // not attached yet: no packet passes anyway
+	}
+	if err := g.stack.DisableNIC(nicID); err != nil {
+		return fmt.Errorf("network gateway: pause: %s", err)
+	}
+	return nil
+}
+
+// Resume lets packets pass again after Pause.
+func (g *Gateway) Resume() error {
+	if !g.stack.HasNIC(nicID) {
+		return nil
+	}
+	if err := g.stack.EnableNIC(nicID); err != nil {
+		return fmt.Errorf("network gateway: resume: %s", err)
+	}
+	return nil
+}
+
 // Log is what a run's result carries: the connections made and refused.
 func (g *Gateway) Log() Log { return g.account.snapshot() }
 

@@ -602,3 +602,44 @@ func TestServeDNS(t *testing.T) {
 		t.Error("the DNS socket is open after the gateway closed")
 	}
 }
+
+// TestPause: while the gateway is paused (a paused live sandbox) no
+// connection is made and the DNS does not answer; after Resume both work.
+func TestPause(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "up") }))
+	defer srv.Close()
+	port := loopbackPort(t, srv.URL)
+	var lookups atomic.Int64
+	sb := newSandbox(t, Config{Egress: egress.Config{Allow: []string{"plain.test:" + port}, Hosts: loopback, Resolve: noDNS(&lookups)}})
+	get := func(timeout time.Duration) error {
+		c := sb.client(nil)
+		c.Timeout = timeout
+		c.Transport.(*http.Transport).DisableKeepAlives = true
+		res, err := c.Get("http://plain.test:" + port + "/")
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		_, err = io.ReadAll(res.Body)
+		return err
+	}
+	if err := get(5 * time.Second); err != nil {
+		t.Fatalf("before pause: %v", err)
+	}
+	if err := sb.g.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	conns := sb.g.Log().Conns
+	if err := get(500 * time.Millisecond); err == nil {
+		t.Errorf("a request went through a paused gateway")
+	}
+	if n := sb.g.Log().Conns; n != conns {
+		t.Errorf("%d connections admitted while paused", n-conns)
+	}
+	if err := sb.g.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(5 * time.Second); err != nil {
+		t.Fatalf("after resume: %v", err)
+	}
+}

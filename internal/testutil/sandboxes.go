@@ -98,6 +98,11 @@ func (f *FakeSandboxes) CreateSandbox(ctx context.Context, spec api.SandboxSpec)
 	info := api.SandboxInfo{ID: id, Template: spec.Template, Language: spec.Language, State: api.SandboxRunning,
 		Metadata: spec.Metadata, StartedAt: now, EndAt: now.Add(life), OnExpire: cmpOr(spec.OnExpire, api.OnExpireKill),
 		User: "user", Home: "/home/user", Limits: spec.Limits, DiskMB: spec.DiskMB}
+	if spec.Network.Enabled() {
+		// As the service: a sandbox under a policy shows its log (empty
+		// until it connects).
+		info.Network = &api.NetworkLog{Entries: []api.NetworkEntry{}}
+	}
 	f.boxes[id] = &fakeBox{info: info, procs: map[int]*fakeProc{}, pid: 100, files: map[string][]byte{}, dirs: map[string]bool{"/home/user": true}}
 	return info, nil
 }
