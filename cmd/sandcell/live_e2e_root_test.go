@@ -28,7 +28,7 @@ type liveServer struct {
 	home     string // its --sessions-dir's parent: sessions/ and sandboxes/
 	addr     string
 	base     string
-	srv      interface{ Wait() error }
+	pid      int // the server's
 	kill     func()
 	stderr   *bytes.Buffer
 	args     []string
@@ -44,7 +44,7 @@ func startLiveServer(t *testing.T) *liveServer {
 		s.base = "http://" + s.addr
 		cmd, _, stderr := s.h.start(append(s.h.global(s.state, s.h.parent), "--sessions-dir", filepath.Join(s.home, "sessions"),
 			"serve", "--http", s.addr, "--tools", "live")...)
-		s.srv, s.stderr = cmd, stderr
+		s.pid, s.stderr = cmd.Process.Pid, stderr
 		s.kill = func() {
 			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
