@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -415,4 +416,47 @@ func loopsOn(dir string) []string {
 		}
 	}
 	return l
+}
+
+// TestLiveSandboxMCP: the same journey through MCP's sandbox and process
+// tools (serve --tools live), as a model drives it: a web server started
+// with background in one call answers a foreground command of a later
+// call, and the host reaches it at the tool's port_url through the proxy.
+func TestLiveSandboxMCP(t *testing.T) {
+	s := startLiveServer(t)
+	sid := initialize(t, s.base)
+	created := toolCall(t, s.base, sid, 2, "sandbox", map[string]any{"action": "create", "template": "python", "timeout_s": 600})
+	m := regexp.MustCompile(`"sandbox_id":"([^"]+)"`).FindStringSubmatch(created)
+	if m == nil {
+		t.Fatalf("create: %s", created)
+	}
+	id := m[1]
+	toolCall(t, s.base, sid, 3, "sandbox", map[string]any{"action": "write_file", "sandbox_id": id, "path": "www/index.html", "content": "mcp page"})
+	toolCall(t, s.base, sid, 4, "process", map[string]any{"action": "start", "sandbox_id": id, "background": true,
+		"command": "python3 -m http.server 8000", "cwd": "/home/user/www"})
+	got := ""
+	waitFor(t, 20*time.Second, "the server from a later call", func() bool {
+		got = toolCall(t, s.base, sid, 5, "process", map[string]any{"action": "start", "sandbox_id": id,
+			"command": `python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:8000/").read().decode())' 2>&1 || true`})
+		return strings.Contains(got, "mcp page")
+	})
+	u := toolCall(t, s.base, sid, 6, "sandbox", map[string]any{"action": "port_url", "sandbox_id": id, "port": 8000})
+	m = regexp.MustCompile(`"url":"(http://[^"]+)"`).FindStringSubmatch(u)
+	if m == nil {
+		t.Fatalf("port_url: %s", u)
+	}
+	// The URL's host is PORT-ID.localhost:PORT; send it to the listener.
+	req, _ := http.NewRequest("GET", s.base+"/", nil)
+	req.Host = strings.TrimSuffix(strings.TrimPrefix(m[1], "http://"), "/")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "mcp page" {
+		t.Errorf("port_url %s through the proxy: %d %q", m[1], resp.StatusCode, body)
+	}
+	toolCall(t, s.base, sid, 7, "sandbox", map[string]any{"action": "kill", "sandbox_id": id})
+	s.nothingLeft()
 }
