@@ -460,3 +460,5 @@ func TestLiveSandboxMCP(t *testing.T) {
 	toolCall(t, s.base, sid, 7, "sandbox", map[string]any{"action": "kill", "sandbox_id": id})
 	s.nothingLeft()
 }
+
+func apiSpecPython() api.SandboxSpec { return api.SandboxSpec{Template: "python", LifetimeMS: 600_000} }
