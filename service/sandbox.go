@@ -318,7 +318,11 @@ func (l *Live) CreateSandbox(ctx context.Context, spec api.SandboxSpec) (api.San
 	}
 	sb.shell = sb.findShell()
 	if root, err := st.Root(); err == nil {
-		_, _ = sb.hostIDs(root) // while its home is as the backend made it
+		if ids, err := sb.hostIDs(root); err == nil { // while its home is as the backend made it
+			if err := nameUser(root, ids); err != nil {
+				l.s.log.Warn("the sandbox's user not named in /etc/passwd", "sandbox", id, "err", err)
+			}
+		}
 		root.Close()
 	}
 	rec := spec
