@@ -16,7 +16,7 @@ import (
 )
 
 // fakeSandboxes is an api.Sandboxes in memory: files in a map, and
-// processes that act out a few shell commands (echo, echoerr, cat, sleep,
+// processes that act out a few shell commands (echo, echo >&2, cat, sleep,
 // exit, pwd, whoami, printenv) so that the SDKs' calls have something to
 // see. Ports are loopback addresses of test servers.
 type fakeSandboxes struct {
@@ -195,6 +195,10 @@ func (f *fakeSandboxes) StartProcess(ctx context.Context, id string, spec api.Pr
 	if spec.Shell == "" && len(spec.Argv) == 0 {
 		return api.ProcessInfo{}, api.Invalid("no command")
 	}
+	if len(spec.Argv) > 0 && spec.Argv[0] == "/bin/bash" {
+		// Like sandcell's default root (what `base` is): no bash.
+		return api.ProcessInfo{}, api.Invalid("start /bin/bash: no such file or directory")
+	}
 	b.npid++
 	p := &fakeProc{info: api.ProcessInfo{PID: b.npid, Tag: spec.Tag, Spec: spec, StartedAt: time.Now()}, changed: make(chan struct{}), stdin: make(chan []byte, 64)}
 	if spec.PTY != nil {
@@ -224,9 +228,11 @@ func (p *fakeProc) act(home string, spec api.ProcessSpec) {
 	word, rest, _ := strings.Cut(cmd, " ")
 	switch word {
 	case "echo":
+		if text, ok := strings.CutSuffix(rest, " >&2"); ok {
+			p.out(api.StreamStderr, text+"\n")
+			break
+		}
 		p.out(api.StreamStdout, rest+"\n")
-	case "echoerr":
-		p.out(api.StreamStderr, rest+"\n")
 	case "node":
 		p.out(api.StreamStdout, "v22.0.0\n")
 	case "pwd":
@@ -408,10 +414,11 @@ func (f *fakeSandboxes) Signal(ctx context.Context, id string, pid int, sig int)
 		return err
 	}
 	p.mu.Lock()
-	ended := p.ended
+	exit := p.info.Exit
 	p.mu.Unlock()
-	if ended {
-		return api.NotFound(fmt.Sprintf("process %d has ended", pid))
+	if exit != nil {
+		// What service.Live answers (service/sandbox_proc.go, running).
+		return api.Invalid(fmt.Sprintf("process %d of sandbox %s has ended (exit code %d)", pid, id, exit.ExitCode))
 	}
 	name := map[int]string{9: "SIGKILL", 15: "SIGTERM"}[sig]
 	p.end(api.ProcessExit{ExitCode: 128 + sig, Signal: name})

@@ -24,7 +24,7 @@ import (
 
 // sdkScenarios are the scenarios conformance/e2b/sdk.mjs runs: each must
 // report, so that one the script stopped reaching fails too.
-var sdkScenarios = []string{"create", "commands.run wait", "commands stream", "commands background and kill", "commands timeout", "commands stdin",
+var sdkScenarios = []string{"create", "commands.run wait", "whoami", "commands stream", "commands background and kill", "commands timeout", "commands stdin",
 	"files", "files watch", "getHost", "setTimeout and info", "list", "pause and connect", "pty", "kill during a command", "kill", "code interpreter", "code interpreter killed during a cell"}
 
 // TestUnmodifiedSDKs runs the published e2b and @e2b/code-interpreter

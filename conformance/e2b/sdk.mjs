@@ -55,10 +55,6 @@ await scenario('create', async () => {
 await scenario('commands.run wait', async () => {
   const r = await sbx.commands.run('echo hello')
   check(r.exitCode === 0 && r.stdout === 'hello\n' && r.stderr === '', JSON.stringify(r))
-  const who = await sbx.commands.run('whoami')
-  check(who.stdout === 'user\n', `whoami: ${who.stdout}`)
-  const root = await sbx.commands.run('whoami', { user: 'root' })
-  check(root.stdout === 'root\n', `whoami as root: ${root.stdout}`)
   const env = await sbx.commands.run('printenv FOO', { envs: { FOO: 'bar' } })
   check(env.stdout === 'bar\n', `envs: ${env.stdout}`)
   const cwd = await sbx.commands.run('pwd', { cwd: '/tmp' })
@@ -71,11 +67,18 @@ await scenario('commands.run wait', async () => {
   }
 })
 
+await scenario('whoami', async () => {
+  const who = await sbx.commands.run('whoami')
+  check(who.stdout === 'user\n', `whoami: ${who.stdout}`)
+  const root = await sbx.commands.run('whoami', { user: 'root' })
+  check(root.stdout === 'root\n', `whoami as root: ${root.stdout}`)
+})
+
 await scenario('commands stream', async () => {
   const out = [], errs = []
   const r = await sbx.commands.run('echo streamed', { onStdout: (d) => out.push(d) })
   check(out.join('') === 'streamed\n' && r.stdout === 'streamed\n', `onStdout: ${JSON.stringify(out)}`)
-  await sbx.commands.run('echoerr oops', { onStderr: (d) => errs.push(d) })
+  await sbx.commands.run('echo oops >&2', { onStderr: (d) => errs.push(d) })
   check(errs.join('') === 'oops\n', `onStderr: ${JSON.stringify(errs)}`)
 })
 
