@@ -16,8 +16,8 @@ import (
 )
 
 // fakeSandboxes is an api.Sandboxes in memory: files in a map, and
-// processes that act out a few shell commands (echo, echo >&2, cat, sleep,
-// exit, pwd, whoami, printenv) so that the SDKs' calls have something to
+// processes that act out a few shell commands (echo, echo >&2, echo $VAR, cat,
+// sleep, exit, pwd, whoami) so that the SDKs' calls have something to
 // see. Ports are loopback addresses of test servers.
 type fakeSandboxes struct {
 	mu    sync.Mutex
@@ -228,6 +228,9 @@ func (p *fakeProc) act(home string, spec api.ProcessSpec) {
 	word, rest, _ := strings.Cut(cmd, " ")
 	switch word {
 	case "echo":
+		if name, ok := strings.CutPrefix(rest, "$"); ok {
+			rest = spec.Env[name]
+		}
 		if text, ok := strings.CutSuffix(rest, " >&2"); ok {
 			p.out(api.StreamStderr, text+"\n")
 			break
@@ -247,8 +250,6 @@ func (p *fakeProc) act(home string, spec api.ProcessSpec) {
 			u = "user"
 		}
 		p.out(api.StreamStdout, u+"\n")
-	case "printenv":
-		p.out(api.StreamStdout, spec.Env[rest]+"\n")
 	case "exit":
 		n, _ := strconv.Atoi(rest)
 		p.end(api.ProcessExit{ExitCode: n})

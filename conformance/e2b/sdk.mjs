@@ -5,7 +5,8 @@
 //   E2B_API_KEY=e2b_... node sdk.mjs
 // Prints one JSON line a scenario: {"name", "ok", "error"?}; exits 1 if one
 // failed. SDK_PORT_TEXT, when set, is what the server on port 3000 of a
-// sandbox answers (the getHost scenario needs a server there).
+// sandbox answers (the getHost scenario needs a server there); SDK_PORT_CMD,
+// when set, is the command that starts that server in the sandbox.
 import http from 'node:http'
 import { Sandbox, CommandExitError, NotFoundError, TimeoutError } from 'e2b'
 import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter'
@@ -55,7 +56,7 @@ await scenario('create', async () => {
 await scenario('commands.run wait', async () => {
   const r = await sbx.commands.run('echo hello')
   check(r.exitCode === 0 && r.stdout === 'hello\n' && r.stderr === '', JSON.stringify(r))
-  const env = await sbx.commands.run('printenv FOO', { envs: { FOO: 'bar' } })
+  const env = await sbx.commands.run('echo $FOO', { envs: { FOO: 'bar' } })
   check(env.stdout === 'bar\n', `envs: ${env.stdout}`)
   const cwd = await sbx.commands.run('pwd', { cwd: '/tmp' })
   check(cwd.stdout === '/tmp\n', `cwd: ${cwd.stdout}`)
@@ -172,7 +173,16 @@ await scenario('getHost', async () => {
   const host = sbx.getHost(3000)
   check(host === `3000-${sbx.sandboxId}.${process.env.E2B_DOMAIN || 'e2b.app'}`, `host ${host}`)
   if (!process.env.SDK_PORT_TEXT) return
-  const r = await get(host, { 'e2b-traffic-access-token': sbx.trafficAccessToken })
+  if (process.env.SDK_PORT_CMD) {
+    // A real sandbox: start the dev server there (it must answer / with SDK_PORT_TEXT).
+    await sbx.commands.run(process.env.SDK_PORT_CMD, { background: true })
+  }
+  let r
+  for (let i = 0; i < 50; i++) {
+    r = await get(host, { 'e2b-traffic-access-token': sbx.trafficAccessToken })
+    if (r.status === 200) break
+    await sleep(100)
+  }
   check(r.status === 200 && r.body === process.env.SDK_PORT_TEXT, `GET ${host}: ${r.status} ${r.body}`)
   const anon = await get(host, {})
   check(anon.status === 401, `without a token: ${anon.status}`)
