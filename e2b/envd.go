@@ -205,6 +205,21 @@ func (h *Handler) pidOf(ctx context.Context, id string, sel selector) (int, erro
 	return 0, rpcErr("invalid_argument", "process: give a pid or a tag")
 }
 
+// ended turns err, from acting on process pid, into envd's not_found
+// when the process has ended: envd forgets a process at its end, so the
+// SDK's kill answers false for it (npm e2b 2.51.0 Commands.kill catches
+// NotFoundError), where the service, which keeps an ended process a
+// minute for its output, refuses the call as invalid.
+func (h *Handler) ended(ctx context.Context, id string, pid int, err error) error {
+	if err == nil || !errors.Is(err, api.ErrInvalid) {
+		return err
+	}
+	if p, ferr := h.sb.FindProcess(ctx, id, pid, ""); ferr == nil && p.Exit != nil {
+		return rpcErr("not_found", "process with pid %d not found: it has ended", pid)
+	}
+	return err
+}
+
 // signalOf reads a Signal enum: by name (ProtoJSON) or number.
 func signalOf(raw json.RawMessage) (int, error) {
 	var name string
@@ -257,7 +272,7 @@ func (h *Handler) processRPC(w http.ResponseWriter, r *http.Request, id, method 
 			if err != nil {
 				return nil, err
 			}
-			return &empty{}, h.sb.SendInput(ctx, id, pid, append(req.Input.Stdin, req.Input.PTY...))
+			return &empty{}, h.ended(ctx, id, pid, h.sb.SendInput(ctx, id, pid, append(req.Input.Stdin, req.Input.PTY...)))
 		})
 	case "SendSignal":
 		unary(w, r, func(ctx context.Context, req *sendSignalRequest) (*empty, error) {
@@ -269,7 +284,7 @@ func (h *Handler) processRPC(w http.ResponseWriter, r *http.Request, id, method 
 			if err != nil {
 				return nil, err
 			}
-			return &empty{}, h.sb.Signal(ctx, id, pid, sig)
+			return &empty{}, h.ended(ctx, id, pid, h.sb.Signal(ctx, id, pid, sig))
 		})
 	case "CloseStdin":
 		unary(w, r, func(ctx context.Context, req *selectRequest) (*empty, error) {
@@ -277,7 +292,7 @@ func (h *Handler) processRPC(w http.ResponseWriter, r *http.Request, id, method 
 			if err != nil {
 				return nil, err
 			}
-			return &empty{}, h.sb.CloseStdin(ctx, id, pid)
+			return &empty{}, h.ended(ctx, id, pid, h.sb.CloseStdin(ctx, id, pid))
 		})
 	case "Update":
 		unary(w, r, func(ctx context.Context, req *updateRequest) (*empty, error) {
@@ -320,6 +335,14 @@ func (h *Handler) start(ctx context.Context, r *http.Request, s *stream, id stri
 		}
 	}
 	p, err := h.sb.StartProcess(ctx, id, spec)
+	if err != nil && errors.Is(err, api.ErrInvalid) && len(spec.Argv) > 0 && spec.Argv[0] == "/bin/bash" {
+		// E2B's templates have bash and the SDK names it (pty.create
+		// starts /bin/bash -i -l); a root without it (sandcell's default,
+		// Debian's base without bash) runs the same flags under /bin/sh,
+		// as a commands.run there runs under sh -c (service.findShell).
+		spec.Argv[0] = "/bin/sh"
+		p, err = h.sb.StartProcess(ctx, id, spec)
+	}
 	if err != nil {
 		s.end(asRPC("starting the process", err))
 		return

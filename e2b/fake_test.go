@@ -16,8 +16,8 @@ import (
 )
 
 // fakeSandboxes is an api.Sandboxes in memory: files in a map, and
-// processes that act out a few shell commands (echo, echoerr, cat, sleep,
-// exit, pwd, whoami, printenv) so that the SDKs' calls have something to
+// processes that act out a few shell commands (echo, echo >&2, echo $VAR, cat,
+// sleep, exit, pwd, whoami) so that the SDKs' calls have something to
 // see. Ports are loopback addresses of test servers.
 type fakeSandboxes struct {
 	mu    sync.Mutex
@@ -198,6 +198,10 @@ func (f *fakeSandboxes) StartProcess(ctx context.Context, id string, spec api.Pr
 	if spec.Shell == "" && len(spec.Argv) == 0 {
 		return api.ProcessInfo{}, api.Invalid("no command")
 	}
+	if len(spec.Argv) > 0 && spec.Argv[0] == "/bin/bash" {
+		// Like sandcell's default root (what `base` is): no bash.
+		return api.ProcessInfo{}, api.Invalid("start /bin/bash: no such file or directory")
+	}
 	b.npid++
 	p := &fakeProc{info: api.ProcessInfo{PID: b.npid, Tag: spec.Tag, Spec: spec, StartedAt: time.Now()}, changed: make(chan struct{}), stdin: make(chan []byte, 64)}
 	if spec.PTY != nil {
@@ -227,9 +231,14 @@ func (p *fakeProc) act(home string, spec api.ProcessSpec) {
 	word, rest, _ := strings.Cut(cmd, " ")
 	switch word {
 	case "echo":
+		if name, ok := strings.CutPrefix(rest, "$"); ok {
+			rest = spec.Env[name]
+		}
+		if text, ok := strings.CutSuffix(rest, " >&2"); ok {
+			p.out(api.StreamStderr, text+"\n")
+			break
+		}
 		p.out(api.StreamStdout, rest+"\n")
-	case "echoerr":
-		p.out(api.StreamStderr, rest+"\n")
 	case "node":
 		p.out(api.StreamStdout, "v22.0.0\n")
 	case "pwd":
@@ -244,8 +253,6 @@ func (p *fakeProc) act(home string, spec api.ProcessSpec) {
 			u = "user"
 		}
 		p.out(api.StreamStdout, u+"\n")
-	case "printenv":
-		p.out(api.StreamStdout, spec.Env[rest]+"\n")
 	case "exit":
 		n, _ := strconv.Atoi(rest)
 		p.end(api.ProcessExit{ExitCode: n})
@@ -411,10 +418,11 @@ func (f *fakeSandboxes) Signal(ctx context.Context, id string, pid int, sig int)
 		return err
 	}
 	p.mu.Lock()
-	ended := p.ended
+	exit := p.info.Exit
 	p.mu.Unlock()
-	if ended {
-		return api.NotFound(fmt.Sprintf("process %d has ended", pid))
+	if exit != nil {
+		// What service.Live answers (service/sandbox_proc.go, running).
+		return api.Invalid(fmt.Sprintf("process %d of sandbox %s has ended (exit code %d)", pid, id, exit.ExitCode))
 	}
 	name := map[int]string{9: "SIGKILL", 15: "SIGTERM"}[sig]
 	p.end(api.ProcessExit{ExitCode: 128 + sig, Signal: name})

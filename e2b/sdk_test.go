@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -20,11 +19,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandcell/sandcell/internal/testutil"
 )
 
 // sdkScenarios are the scenarios conformance/e2b/sdk.mjs runs: each must
 // report, so that one the script stopped reaching fails too.
-var sdkScenarios = []string{"create", "commands.run wait", "commands stream", "commands background and kill", "commands timeout", "commands stdin",
+var sdkScenarios = []string{"create", "commands.run wait", "whoami", "commands stream", "commands background and kill", "commands timeout", "commands stdin",
 	"files", "files watch", "getHost", "setTimeout and info", "list", "pause and connect", "pty", "kill during a command", "kill", "code interpreter", "code interpreter killed during a cell"}
 
 // TestUnmodifiedSDKs runs the published e2b and @e2b/code-interpreter
@@ -65,37 +66,7 @@ func runSDK(t *testing.T, node, dir, url string, only []string) {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url,
 		"E2B_API_KEY="+testKey, "E2B_DOMAIN=", "E2B_DEBUG=", "SDK_PORT_TEXT="+sdkPortText, "SDK_ONLY="+strings.Join(only, ","))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, runErr := cmd.Output()
-	reported := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		var r struct {
-			Name  string
-			OK    bool
-			Error string
-		}
-		if json.Unmarshal(sc.Bytes(), &r) != nil {
-			t.Logf("node: %s", sc.Bytes())
-			continue
-		}
-		reported[r.Name] = true
-		if !r.OK {
-			t.Errorf("%s: %s", r.Name, r.Error)
-		}
-	}
-	for _, s := range only {
-		if !reported[s] {
-			t.Errorf("scenario %q did not run", s)
-		}
-	}
-	if runErr != nil && !t.Failed() {
-		t.Errorf("node sdk.mjs: %v\n%s", runErr, stderr.Bytes())
-	}
-	if t.Failed() && stderr.Len() > 0 {
-		t.Logf("stderr:\n%s", stderr.Bytes())
-	}
+	testutil.RunScenarios(t, cmd, only)
 }
 
 // TestTwoNodesBehindOneProxy runs the SDK scenarios twice through a proxy

@@ -457,6 +457,16 @@ func (l *Live) reserve(spec api.SandboxSpec) (id string, again *api.SandboxSpec,
 // why for later calls.
 func (l *Live) watch(sb *liveSandbox) {
 	<-sb.st.Exited()
+	l.mu.Lock()
+	ours := l.table[sb.id] == sb
+	l.mu.Unlock()
+	if !ours {
+		// Ended already (a kill, whose Destroy killed the init): asking
+		// the backend why would read the cgroup's counters while Destroy
+		// removes it, a concurrent map access in limits.ReadUsage that
+		// killed the server.
+		return
+	}
 	why := sb.st.DeathReason()
 	if why == "" {
 		why = "its init ended"

@@ -134,8 +134,12 @@ type fakeSandbox struct {
 	specs     []oci.ProcSpec
 	exited    chan struct{}
 	reason    string
-	pauseErr  error
-	dialed    []int
+	// lateReasons counts DeathReason calls once Destroy began: the real
+	// backend reads the cgroup's counters then, while Destroy removes
+	// the cgroup and its map of paths (a fatal concurrent map access).
+	lateReasons int
+	pauseErr    error
+	dialed      []int
 }
 
 func (s *fakeSandbox) ID() string { return s.id }
@@ -210,6 +214,9 @@ func (s *fakeSandbox) Exited() <-chan struct{}          { return s.exited }
 func (s *fakeSandbox) DeathReason() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.destroyed > 0 {
+		s.lateReasons++
+	}
 	return s.reason
 }
 

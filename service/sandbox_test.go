@@ -191,6 +191,26 @@ func TestSandboxNetwork(t *testing.T) {
 	}
 }
 
+// A kill destroys the sandbox, and its init's death then is the kill's:
+// the watcher does not ask the backend why it died (the real one reads
+// the cgroup's counters, racing Destroy removing the cgroup: the server
+// died of a concurrent map read and write in limits.ReadUsage).
+func TestSandboxKillAsksNoDeathReason(t *testing.T) {
+	e := newLiveEnv(t, SandboxOptions{})
+	info := e.create(api.SandboxSpec{})
+	if err := e.l.KillSandbox(e.ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the watcher's turn
+	box := e.live.box(0)
+	box.mu.Lock()
+	late := box.lateReasons
+	box.mu.Unlock()
+	if late != 0 {
+		t.Errorf("DeathReason asked %d times during or after the kill's Destroy", late)
+	}
+}
+
 // What a spec may not ask, and the ceilings.
 func TestSandboxSpecRefusals(t *testing.T) {
 	e := newLiveEnv(t, SandboxOptions{MaxLifetime: time.Hour, MaxDiskMB: 100})

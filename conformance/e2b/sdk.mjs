@@ -5,7 +5,8 @@
 //   E2B_API_KEY=e2b_... node sdk.mjs
 // Prints one JSON line a scenario: {"name", "ok", "error"?}; exits 1 if one
 // failed. SDK_PORT_TEXT, when set, is what the server on port 3000 of a
-// sandbox answers (the getHost scenario needs a server there).
+// sandbox answers (the getHost scenario needs a server there); SDK_PORT_CMD,
+// when set, is the command that starts that server in the sandbox.
 import http from 'node:http'
 import { Sandbox, CommandExitError, NotFoundError, TimeoutError } from 'e2b'
 import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter'
@@ -55,11 +56,7 @@ await scenario('create', async () => {
 await scenario('commands.run wait', async () => {
   const r = await sbx.commands.run('echo hello')
   check(r.exitCode === 0 && r.stdout === 'hello\n' && r.stderr === '', JSON.stringify(r))
-  const who = await sbx.commands.run('whoami')
-  check(who.stdout === 'user\n', `whoami: ${who.stdout}`)
-  const root = await sbx.commands.run('whoami', { user: 'root' })
-  check(root.stdout === 'root\n', `whoami as root: ${root.stdout}`)
-  const env = await sbx.commands.run('printenv FOO', { envs: { FOO: 'bar' } })
+  const env = await sbx.commands.run('echo $FOO', { envs: { FOO: 'bar' } })
   check(env.stdout === 'bar\n', `envs: ${env.stdout}`)
   const cwd = await sbx.commands.run('pwd', { cwd: '/tmp' })
   check(cwd.stdout === '/tmp\n', `cwd: ${cwd.stdout}`)
@@ -71,11 +68,18 @@ await scenario('commands.run wait', async () => {
   }
 })
 
+await scenario('whoami', async () => {
+  const who = await sbx.commands.run('whoami')
+  check(who.stdout === 'user\n', `whoami: ${who.stdout}`)
+  const root = await sbx.commands.run('whoami', { user: 'root' })
+  check(root.stdout === 'root\n', `whoami as root: ${root.stdout}`)
+})
+
 await scenario('commands stream', async () => {
   const out = [], errs = []
   const r = await sbx.commands.run('echo streamed', { onStdout: (d) => out.push(d) })
   check(out.join('') === 'streamed\n' && r.stdout === 'streamed\n', `onStdout: ${JSON.stringify(out)}`)
-  await sbx.commands.run('echoerr oops', { onStderr: (d) => errs.push(d) })
+  await sbx.commands.run('echo oops >&2', { onStderr: (d) => errs.push(d) })
   check(errs.join('') === 'oops\n', `onStderr: ${JSON.stringify(errs)}`)
 })
 
@@ -169,7 +173,16 @@ await scenario('getHost', async () => {
   const host = sbx.getHost(3000)
   check(host === `3000-${sbx.sandboxId}.${process.env.E2B_DOMAIN || 'e2b.app'}`, `host ${host}`)
   if (!process.env.SDK_PORT_TEXT) return
-  const r = await get(host, { 'e2b-traffic-access-token': sbx.trafficAccessToken })
+  if (process.env.SDK_PORT_CMD) {
+    // A real sandbox: start the dev server there (it must answer / with SDK_PORT_TEXT).
+    await sbx.commands.run(process.env.SDK_PORT_CMD, { background: true })
+  }
+  let r
+  for (let i = 0; i < 50; i++) {
+    r = await get(host, { 'e2b-traffic-access-token': sbx.trafficAccessToken })
+    if (r.status === 200) break
+    await sleep(100)
+  }
   check(r.status === 200 && r.body === process.env.SDK_PORT_TEXT, `GET ${host}: ${r.status} ${r.body}`)
   const anon = await get(host, {})
   check(anon.status === 401, `without a token: ${anon.status}`)
