@@ -44,6 +44,11 @@ func nameUser(root *os.File, ids sandboxIDs) error {
 			return err
 		}
 	}
+	// root's home, where a process of user "root" starts (E2B's
+	// `commands.run(..., {user: 'root'})`): busybox's root has none.
+	if _, err := mkdirAll(root, "/root", ids.rootUID, ids.rootGID); err != nil {
+		return fmt.Errorf("the sandbox's /root: %w", err)
+	}
 	return nil
 }
 

@@ -31,6 +31,9 @@ func TestNameUser(t *testing.T) {
 			t.Errorf("%s: %q, want %q", f, b, want)
 		}
 	}
+	if fi, err := os.Stat(filepath.Join(dir, "root")); err != nil || !fi.IsDir() {
+		t.Errorf("root's home /root: %v", err)
+	}
 	if got := string(renameID([]byte("root:x:0:\n"), "user:x:1000:", 2, func([]string) []string { return nil })); got != "root:x:0:\nuser:x:1000:\n" {
 		t.Errorf("no uid 1000: %q", got)
 	}

@@ -18,10 +18,9 @@ import (
 
 // realSDKScenarios are conformance/e2b/sdk.mjs's scenarios that run against
 // real sandboxes of the `base` template (the default root, busybox). Left
-// out: "whoami" (uid 1000 is named "sandbox" in the root's /etc/passwd,
-// not E2B's "user": the live sandbox's naming is another change's) and the
-// code interpreter's two (e2bKernels is nil: port 49999 answers 501).
-var realSDKScenarios = []string{"create", "commands.run wait", "commands stream", "commands background and kill",
+// out: the code interpreter's two (e2bKernels is nil: port 49999 answers
+// 501).
+var realSDKScenarios = []string{"create", "whoami", "commands.run wait", "commands stream", "commands background and kill",
 	"commands timeout", "commands stdin", "files", "files watch", "getHost", "setTimeout and info", "list",
 	"pause and connect", "pty", "kill during a command", "kill"}
 
