@@ -180,7 +180,7 @@ func TestBatchRunAndResume(t *testing.T) {
 		`{"id": "a", "language": "python", "source": "print 1\n", "expected_output": "1"}`,
 		`{"id": "b", "language": "python", "source": "print 2\n", "expected_output": "1"}`,
 		`{"id": "c", "language": "python", "source": "fail"}`,
-		`{"id": "d", "language": "cobol", "source": "x"}`,
+		`{"id": "d", "language": "klingon", "source": "x"}`,
 		`{"id": "e", "language": "python", "source": "internal"}`,
 		`{broken`,
 		`{"id": "f", "language": "python", "source": "print ok"}`,
@@ -206,7 +206,7 @@ func TestBatchRunAndResume(t *testing.T) {
 	if o := got["c"]; o.Result == nil || o.Status != api.StatusError || o.Verdict != "" {
 		t.Errorf("c (no expected output): %+v, want status error and no verdict", o)
 	}
-	if o := got["d"]; o.Result != nil || !strings.Contains(o.Error, "cobol") {
+	if o := got["d"]; o.Result != nil || !strings.Contains(o.Error, "klingon") {
 		t.Errorf("d (unknown language): %+v, want an error naming it", o)
 	}
 	if o := got["line 6"]; o.Error == "" || o.Line != 6 {
@@ -347,7 +347,7 @@ func TestHumanEvalJobs(t *testing.T) {
 	if _, err := HumanEval(dir, "", samples); err == nil || !strings.Contains(err.Error(), "Python/999") {
 		t.Errorf("unknown task: %v", err)
 	}
-	if _, err := HumanEval(dir, "cobol", ""); err == nil {
-		t.Error("--lang cobol: no error")
+	if _, err := HumanEval(dir, "klingon", ""); err == nil {
+		t.Error("--lang klingon: no error")
 	}
 }

@@ -237,7 +237,7 @@ func TestPistonBadInput(t *testing.T) {
 		{"no version", `{"language":"python","files":[]}`, nil, 400, "version is required as a string"},
 		{"files not an array", `{"language":"python","version":"*","files":{}}`, nil, 400, "files is required as an array"},
 		{"content not a string", `{"language":"python","version":"*","files":[{"content":1}]}`, nil, 400, "files[0].content is required as a string"},
-		{"unknown language", `{"language":"cobol","version":"*","files":[{"content":"x"}]}`, nil, 400, "cobol-* runtime is unknown"},
+		{"unknown language", `{"language":"klingon","version":"*","files":[{"content":"x"}]}`, nil, 400, "klingon-* runtime is unknown"},
 		{"unknown version", `{"language":"python","version":"2.x","files":[{"content":"x"}]}`, nil, 400, "python-2.x runtime is unknown"},
 		{"not a version range", `{"language":"python","version":"latest","files":[{"content":"x"}]}`, nil, 400, "python-latest runtime is unknown"},
 		{"no utf8 file", `{"language":"python","version":"*","files":[{"content":"eA==","encoding":"base64"}]}`, nil, 400, "at least one utf8"},

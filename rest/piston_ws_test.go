@@ -153,7 +153,7 @@ func TestPistonConnectRefusals(t *testing.T) {
 		{"stdout written", []string{init, `{"type":"data","stream":"stdout","data":"x"}`}, 4004, ""},
 		{"bad signal", []string{init, `{"type":"signal","signal":"SIGBOGUS"}`}, 4005, ""},
 		{"malformed", []string{`{"type":`}, 4002, "not a JSON object"},
-		{"unknown language", []string{`{"type":"init","language":"cobol","version":"*","files":[{"content":"1"}]}`}, 4002, "cobol-* runtime is unknown"},
+		{"unknown language", []string{`{"type":"init","language":"klingon","version":"*","files":[{"content":"1"}]}`}, 4002, "klingon-* runtime is unknown"},
 		{"hostile base64", []string{`{"type":"init","language":"python","version":"*","files":[{"content":"1"},{"content":"@@@","encoding":"base64"}]}`}, 4002, "not valid base64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -84,7 +84,7 @@ func TestRunFailures(t *testing.T) {
 		code int
 		want string
 	}{
-		{"unknown language", []string{"run", "--lang", "cobol", "--code", "x"}, exitInternal, "unknown language"},
+		{"unknown language", []string{"run", "--lang", "klingon", "--code", "x"}, exitInternal, "unknown language"},
 		{"code and file", []string{"run", "--lang", "sh", "--code", "x", "f.sh"}, 2, "either --code or FILE"},
 		{"no program", []string{"run", "--lang", "sh"}, 2, "--code STRING or as one FILE"},
 		{"oversized source", []string{"run", "--lang", "python", big}, exitInternal, "larger than"},

@@ -218,7 +218,7 @@ func TestBatchJudgeAndResume(t *testing.T) {
 		`{"id": "crash", "language": "python", "source": "raise SystemExit(3)", "expected_output": "5"}`,
 		`{"id": "slow", "language": "python", "source": "while True: pass", "expected_output": "", "limits": {"timeout_ms": 500, "cpu_time_ms": 500}}`,
 		`{"id": "nocompile", "language": "c", "source": "int main( {", "expected_output": ""}`,
-		`{"id": "cobol", "language": "cobol", "source": "x"}`,
+		`{"id": "klingon", "language": "klingon", "source": "x"}`,
 		`not json`,
 		`{"id": "plain", "language": "python", "source": "print('no verdict')"}`,
 	}
@@ -236,7 +236,7 @@ func TestBatchJudgeAndResume(t *testing.T) {
 	if o := got["plain"]; o.Result == nil || o.Stdout != "no verdict\n" || o.Status != "ok" {
 		t.Errorf("plain: %+v", o)
 	}
-	for _, id := range []string{"cobol", "line 7"} {
+	for _, id := range []string{"klingon", "line 7"} {
 		if o := got[id]; o.Error == "" || o.Result != nil {
 			t.Errorf("%s: %+v, want an error line", id, o)
 		}
