@@ -1,2 +1,2 @@
 my @keep;
-loop { @keep.push: Buf.new(1 xx 1048576) }
+loop { @keep.push: Buf.allocate(1048576, 1) }
