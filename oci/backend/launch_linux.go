@@ -3,7 +3,9 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"sync"
 	"syscall"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -41,6 +43,12 @@ type lcInit struct {
 	proc   *libcontainer.Process
 	parent *limits.Parent // nil: no cgroups
 	status *os.File       // the run's init writes the program's status on it (underInit)
+	// paths serialises cgroupPaths's copy with Destroy: libcontainer's
+	// State hands out its cgroup manager's own map, from which Destroy
+	// deletes; a reader iterating it meanwhile (a live sandbox's usage
+	// read while a kill destroyed it) took the server down with
+	// "concurrent map read and map write".
+	paths sync.Mutex
 }
 
 func (l *lcInit) pid() (int, error) { return l.proc.Pid() }
@@ -64,11 +72,13 @@ func (l *lcInit) wait() (syscall.WaitStatus, *syscall.Rusage, error) {
 }
 
 func (l *lcInit) cgroupPaths() (map[string]string, error) {
+	l.paths.Lock()
+	defer l.paths.Unlock()
 	st, err := l.lc.State()
 	if err != nil {
 		return nil, err
 	}
-	return st.CgroupPaths, nil
+	return maps.Clone(st.CgroupPaths), nil
 }
 
 func (l *lcInit) destroy() error {
@@ -77,7 +87,10 @@ func (l *lcInit) destroy() error {
 		l.status.Close()
 		l.status = nil
 	}
-	if err := l.lc.Destroy(); err != nil {
+	l.paths.Lock()
+	err := l.lc.Destroy()
+	l.paths.Unlock()
+	if err != nil {
 		errs = append(errs, fmt.Errorf("destroy container %s: %w", l.lc.ID(), err))
 	}
 	// libcontainer's v1 manager leaves directories of the run behind
