@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync/atomic"
 
 	"github.com/opencontainers/runc/libcontainer"
 	// nsenter's C constructor does the namespace work of the container's
@@ -11,6 +12,8 @@ import (
 	// environment variables are set).
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandcell/sandcell/oci"
 )
 
 // Init is libcontainer's re-exec hook. The container's first process is
@@ -18,6 +21,7 @@ import (
 // anything else in main's package init. It does not return in that case
 // (the program is exec'd), and returns at once otherwise.
 func Init() {
+	initCalled.Store(true)
 	// The main goroutine keeps the main thread for the process's life, so
 	// that no other goroutine ever runs on it. A goroutine that locks its
 	// thread, enters a container's namespace and exits ends its thread
@@ -74,3 +78,24 @@ func hold() {
 	fmt.Fprintln(os.Stderr, "sandcell-hold: exec:", err)
 	os.Exit(125)
 }
+
+// initCalled says that Init ran in this process.
+var initCalled atomic.Bool
+
+// requireInit refuses to start a runtime in a binary that never called
+// Init. What it defends against: a fork chain. Every helper this package
+// starts (libcontainer's init, the reaper, the fork server, the holder, the
+// fill helper) is this same binary re-executed with a helper's argument,
+// which only Init dispatches. In a binary without it (a test binary whose
+// package forgot "func init() { backend.Init() }") the re-executed copy ran
+// the binary's own main instead: a test binary ran its tests again, which
+// opened a runtime, which started a reaper, which ran the tests... a
+// chain of detached "sandcell-reaper" processes (each its own session) that
+// outlived the test run and kept a host loaded for an hour and a half.
+func requireInit() error {
+	if !initCalled.Load() {
+		return fmt.Errorf("%w: backend.Init was not called in this binary's package init: the runtime's helpers re-execute the binary and would run its main instead", oci.ErrRuntime)
+	}
+	return nil
+}
+

@@ -100,6 +100,9 @@ const (
 // Preconditions: the caller has called libcontainer's init hook early in
 // main (see cmd/sandcell), and the binary is built with -tags seccomp.
 func NewLibcontainer(cfg LibcontainerConfig) (*Libcontainer, error) {
+	if err := requireInit(); err != nil {
+		return nil, err
+	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = defaultStateDir
 	}

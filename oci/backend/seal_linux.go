@@ -65,6 +65,9 @@ var sealedExe struct {
 // F_SEAL_WRITE and friends), so a run can at most execute a copy of
 // sandcell, as under runc (whose init runs from the same kind of copy). SECURITY.md, "The sealed binary".
 func helperExe() (string, error) {
+	if err := requireInit(); err != nil {
+		return "", err
+	}
 	sealedExe.once.Do(func() {
 		if exeseal.IsSelfExeCloned() {
 			sealedExe.path = "/proc/self/exe"
