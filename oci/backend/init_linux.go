@@ -98,4 +98,3 @@ func requireInit() error {
 	}
 	return nil
 }
-
