@@ -3,13 +3,16 @@ package e2b
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -219,12 +222,20 @@ func (h *Handler) sandboxBody(info api.SandboxInfo, st sbTokens, listed bool) sa
 }
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	page, err := parsePage(q)
+	if r.URL.Path == "/sandboxes" && q.Get("limit") == "" {
+		page.limit = math.MaxInt // the v1 list has no pages
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	all, err := h.sb.Sandboxes(r.Context())
 	if err != nil {
 		h.fail(w, "listing sandboxes", err)
 		return
 	}
-	q := r.URL.Query()
 	// metadata=k1%3Dv1%26k2%3Dv2 (the SDK encodes each key and value, then
 	// the pairs); state=running,paused (repeated or comma-separated).
 	want := map[string]string{}
@@ -244,26 +255,129 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	for _, s := range q["state"] {
 		states = append(states, strings.Split(s, ",")...)
 	}
-	out := []sandboxJSON{}
+	running := 0
+	var match []api.SandboxInfo
 	for _, info := range all {
+		if info.State == "running" {
+			running++
+		}
 		if len(states) > 0 && !slices.Contains(states, info.State) {
 			continue
 		}
-		match := true
+		ok := true
 		for k, v := range want {
 			if info.Metadata[k] != v {
-				match = false
+				ok = false
 			}
 		}
-		if !match {
-			continue
+		if ok {
+			match = append(match, info)
 		}
+	}
+	items, next := page.cut(match)
+	out := []sandboxJSON{}
+	for _, info := range items {
 		st, _ := h.tokens.get(info.ID)
 		s := h.sandboxBody(info, st, true)
 		s.EnvdAccessToken, s.TrafficAccessToken = "", "" // ListedSandbox carries none
 		out = append(out, s)
 	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	w.Header().Set("X-Total-Running", strconv.Itoa(running))
 	writeJSON(w, http.StatusOK, out)
+}
+
+// maxListLimit is infra's paginationLimit: at most 100 sandboxes a page,
+// 100 when the request names no limit.
+const maxListLimit = 100
+
+// listPage is a page of GET /v2/sandboxes: limit and the cursor the
+// previous page's X-Next-Token gave. Sandboxes come newest first (started
+// later first, then by id), and the cursor names the last one handed out
+// (its start and id), so a page neither repeats nor skips a sandbox when
+// others are created or killed between pages.
+type listPage struct {
+	limit int
+	after *cursor
+}
+
+type cursor struct {
+	started time.Time
+	id      string
+}
+
+func parsePage(q url.Values) (listPage, error) {
+	p := listPage{limit: maxListLimit}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxListLimit {
+			return p, fmt.Errorf("limit %q: want a number from 1 to %d", l, maxListLimit)
+		}
+		p.limit = n
+	}
+	if t := q.Get("nextToken"); t != "" {
+		c, err := decodeCursor(t)
+		if err != nil {
+			return p, fmt.Errorf("nextToken %q is not one this server gave: %w", t, err)
+		}
+		p.after = &c
+	}
+	return p, nil
+}
+
+// before says that a is listed before b: newest first, then by id.
+func (a cursor) before(b cursor) bool {
+	if !a.started.Equal(b.started) {
+		return a.started.After(b.started)
+	}
+	return a.id < b.id
+}
+
+// cut sorts the sandboxes, keeps those after the cursor, and returns a
+// page of them and the token of the next page ("" when this is the last).
+func (p listPage) cut(all []api.SandboxInfo) ([]api.SandboxInfo, string) {
+	key := func(i api.SandboxInfo) cursor { return cursor{i.StartedAt, i.ID} }
+	slices.SortFunc(all, func(a, b api.SandboxInfo) int {
+		switch ka, kb := key(a), key(b); {
+		case ka.before(kb):
+			return -1
+		case kb.before(ka):
+			return 1
+		}
+		return 0
+	})
+	if p.after != nil {
+		i := slices.IndexFunc(all, func(s api.SandboxInfo) bool { return p.after.before(key(s)) })
+		if i < 0 {
+			i = len(all)
+		}
+		all = all[i:]
+	}
+	if len(all) <= p.limit {
+		return all, ""
+	}
+	page := all[:p.limit]
+	return page, key(page[len(page)-1]).encode()
+}
+
+// encode is the cursor as an opaque token: base64url of "unixnano.id".
+func (c cursor) encode() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.started.UnixNano(), 10) + "." + c.id))
+}
+
+func decodeCursor(t string) (cursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(t)
+	if err != nil {
+		return cursor{}, err
+	}
+	ns, id, ok := strings.Cut(string(b), ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || id == "" {
+		return cursor{}, errors.New("malformed")
+	}
+	return cursor{time.Unix(0, n), id}, nil
 }
 
 // lookup gets a sandbox, forgetting the tokens of one that is gone.

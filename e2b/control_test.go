@@ -4,12 +4,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandcell/sandcell/api"
 )
@@ -378,6 +380,66 @@ func TestCreateNetwork(t *testing.T) {
 		json.Unmarshal(b, &ae)
 		if resp.StatusCode != 400 || ae.Code != 400 || !strings.Contains(ae.Message, c.says) || len(e.sb.specs) != before {
 			t.Errorf("%v: %d %s, want 400 saying %q and no sandbox", c.body, resp.StatusCode, b, c.says)
+		}
+	}
+}
+
+// TestListPages: GET /v2/sandboxes hands out pages of at most limit
+// sandboxes, newest first, with X-Next-Token until the last page (the SDK's
+// paginator follows it); a sandbox killed between pages neither shifts nor
+// repeats the rest. The v1 list has no pages.
+func TestListPages(t *testing.T) {
+	e := newEnv(t)
+	var made []string
+	for range 5 {
+		made = append(made, e.create("base").SandboxID)
+		time.Sleep(2 * time.Millisecond) // distinct start times: newest first is checkable
+	}
+	slices.Reverse(made)
+	var got []string
+	token := ""
+	for page := 0; ; page++ {
+		path := "/v2/sandboxes?limit=2"
+		if token != "" {
+			path += "&nextToken=" + url.QueryEscape(token)
+		}
+		resp, b := e.api("GET", path, nil)
+		var l []sandboxJSON
+		if resp.StatusCode != 200 || json.Unmarshal(b, &l) != nil || len(l) > 2 {
+			t.Fatalf("page %d: %d %s", page, resp.StatusCode, b)
+		}
+		if tr := resp.Header.Get("X-Total-Running"); tr == "" {
+			t.Errorf("page %d: no X-Total-Running", page)
+		}
+		for _, s := range l {
+			got = append(got, s.SandboxID)
+		}
+		if page == 0 {
+			// Killed before the next page: the pages go on where they were.
+			if resp, _ := e.api("DELETE", "/sandboxes/"+made[1], nil); resp.StatusCode != 204 {
+				t.Fatalf("kill: %d", resp.StatusCode)
+			}
+		}
+		token = resp.Header.Get("X-Next-Token")
+		if token == "" {
+			break
+		}
+		if page > 5 {
+			t.Fatal("pages never end")
+		}
+	}
+	if want := append(made[:2:2], made[2:]...); !slices.Equal(got, want) {
+		t.Errorf("pages gave %v, want %v (newest first, each once)", got, want)
+	}
+	_, b := e.api("GET", "/sandboxes", nil)
+	var all []sandboxJSON
+	if json.Unmarshal(b, &all); len(all) != 4 {
+		t.Errorf("v1 list: %d sandboxes, want the 4 alive", len(all))
+	}
+	for _, q := range []string{"limit=0", "limit=101", "limit=x", "nextToken=garbage!", "nextToken=" + base64.RawURLEncoding.EncodeToString([]byte("12"))} {
+		resp, b := e.api("GET", "/v2/sandboxes?"+q, nil)
+		if resp.StatusCode != 400 || !strings.Contains(string(b), strings.SplitN(q, "=", 2)[0]) {
+			t.Errorf("%s: %d %s, want 400 naming the parameter", q, resp.StatusCode, b)
 		}
 	}
 }
