@@ -81,6 +81,11 @@ type SandboxOptions struct {
 	// Keepalive how often Events sends a keepalive when nothing happened
 	// (15s).
 	KeepEnded, Keepalive time.Duration
+	// KeepFiles is how long the files of a sandbox that ended without a
+	// kill (its server stopped, its init died) are kept to re-create it
+	// on (DefaultKeepFiles); at most Max sandboxes' files are kept
+	// (sandboxkeep.go).
+	KeepFiles time.Duration
 }
 
 func (o SandboxOptions) withDefaults() SandboxOptions {
@@ -94,6 +99,7 @@ func (o SandboxOptions) withDefaults() SandboxOptions {
 	orDefault(&o.MaxLifetime, DefaultMaxLifetime)
 	orDefault(&o.KeepEnded, DefaultKeepEnded)
 	orDefault(&o.Keepalive, DefaultKeepalive)
+	orDefault(&o.KeepFiles, DefaultKeepFiles)
 	return o
 }
 
@@ -125,12 +131,16 @@ type Live struct {
 	gone     map[string]string
 	goneList []string
 	closed   bool
+	// sweep starts the sweep of kept files (once); stop ends it.
+	sweep sync.Once
+	stop  chan struct{}
 }
 
 var _ api.Sandboxes = (*Live)(nil)
 
 func newLive(s *Service) *Live {
-	return &Live{s: s, clock: realClock{}, opts: SandboxOptions{}.withDefaults(), table: map[string]*liveSandbox{}, gone: map[string]string{}}
+	return &Live{s: s, clock: realClock{}, opts: SandboxOptions{}.withDefaults(), table: map[string]*liveSandbox{}, gone: map[string]string{},
+		stop: make(chan struct{})}
 }
 
 // Live is the service's live sandboxes.
@@ -138,10 +148,17 @@ func (s *Service) Live() *Live { return s.live }
 
 // SetSandboxOptions sets the live sandboxes' options (the zero value of
 // a field: its default).
+// Setting them starts the sweep of ended sandboxes' kept files (now, and
+// every hour: sandboxkeep.go).
 func (s *Service) SetSandboxOptions(o SandboxOptions) {
-	s.live.mu.Lock()
-	defer s.live.mu.Unlock()
-	s.live.opts = o.withDefaults()
+	l := s.live
+	l.mu.Lock()
+	l.opts = o.withDefaults()
+	closed := l.closed
+	l.mu.Unlock()
+	if !closed {
+		l.sweep.Do(func() { go l.sweepLoop(l.stop) })
+	}
 }
 
 // Close kills every live sandbox (their files stay in SandboxOptions.Dir:
@@ -152,6 +169,9 @@ func (s *Service) Close() error { return s.live.Close() }
 // Close kills every sandbox and refuses new ones.
 func (l *Live) Close() error {
 	l.mu.Lock()
+	if !l.closed {
+		close(l.stop)
+	}
 	l.closed = true
 	all := slices.Collect(maps.Values(l.table))
 	l.mu.Unlock()
@@ -190,6 +210,8 @@ type liveSandbox struct {
 	id    string
 	info  api.SandboxInfo // what does not change: State, EndAt and Processes are filled in by snapshot
 	shell []string
+	// lock is the flock on its files held for its life (sandboxkeep.go).
+	lock *os.File
 
 	mu       sync.Mutex
 	paused   bool
@@ -281,8 +303,12 @@ func (l *Live) CreateSandbox(ctx context.Context, spec api.SandboxSpec) (api.San
 		Env: envList(spec.Env), Network: spec.Network, ID: id, UpperDir: dir, DiskBytes: diskMB << 20, User: sandboxUser, Home: sandboxHome,
 		Admit: l.s.admit()}
 	var st *executor.StartedSandbox
+	var lock *os.File
 	start := func() error {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		var busy bool
+		if lock, busy, err = makeAndLock(dir, l.clock.Now()); busy {
+			return api.Invalid(fmt.Sprintf("the files of sandbox %s are in use: another sandcell server sharing %s runs it, or removes them", id, l.dirOf(opts)))
+		} else if err != nil {
 			return fmt.Errorf("the sandbox's directory: %w", err)
 		}
 		st, err = l.s.exec.StartSandbox(ctx, req)
@@ -304,12 +330,15 @@ func (l *Live) CreateSandbox(ctx context.Context, spec api.SandboxSpec) (api.San
 		err = start()
 	}
 	if err != nil {
-		if again == nil {
+		if again == nil && lock != nil {
 			_ = os.RemoveAll(dir)
+		}
+		if lock != nil {
+			lock.Close()
 		}
 		return api.SandboxInfo{}, err
 	}
-	sb := &liveSandbox{l: l, st: st, id: id, procs: map[int]*liveProc{}, lifetime: life}
+	sb := &liveSandbox{l: l, st: st, id: id, procs: map[int]*liveProc{}, lifetime: life, lock: lock}
 	sb.info = api.SandboxInfo{ID: id, Template: st.Template, Image: st.Image, Session: spec.Session,
 		Metadata: maps.Clone(spec.Metadata), StartedAt: l.clock.Now(), OnExpire: spec.OnExpire,
 		Limits: st.Limits.Request(), DiskMB: diskMB, Notes: append(notes, st.Notes...), User: sandboxUser, Home: sandboxHome}
@@ -328,9 +357,11 @@ func (l *Live) CreateSandbox(ctx context.Context, spec api.SandboxSpec) (api.San
 	rec := spec
 	rec.Metadata, rec.Env = nil, nil
 	if b, err := json.Marshal(rec); err == nil {
-		if err := os.WriteFile(filepath.Join(dir, "sandbox.json"), b, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, recordFile), b, 0o600); err != nil {
 			l.s.log.Warn("sandbox's record not written: it cannot be re-created on its template", "sandbox", id, "err", err)
 		}
+		now := l.clock.Now()
+		_ = os.Chtimes(filepath.Join(dir, recordFile), now, now)
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -439,7 +470,7 @@ func (l *Live) reserve(spec api.SandboxSpec) (id string, again *api.SandboxSpec,
 		if l.table[old] != nil {
 			return "", nil, api.Invalid(fmt.Sprintf("sandbox %s runs: only a sandbox that no longer runs is re-created", old))
 		}
-		b, err := os.ReadFile(filepath.Join(l.dirOf(l.opts), old, "sandbox.json"))
+		b, err := os.ReadFile(filepath.Join(l.dirOf(l.opts), old, recordFile))
 		if err != nil {
 			return "", nil, api.NotFound(fmt.Sprintf("no files of a sandbox %s to re-create it on", old))
 		}
@@ -514,6 +545,13 @@ func (l *Live) end(sb *liveSandbox, why string, remove bool) error {
 		if rerr := os.RemoveAll(filepath.Join(l.dir(), sb.id)); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("remove sandbox %s's files: %w", sb.id, rerr))
 		}
+	} else {
+		// Kept: KeepFiles counts from now (sandboxkeep.go).
+		now := l.clock.Now()
+		_ = os.Chtimes(filepath.Join(l.dir(), sb.id, recordFile), now, now)
+	}
+	if sb.lock != nil {
+		sb.lock.Close()
 	}
 	l.s.log.Info("live sandbox ended", "sandbox", sb.id, "why", why)
 	return err
@@ -556,7 +594,7 @@ func (l *Live) find(id string) (*liveSandbox, error) {
 	if sb == nil {
 		again := ""
 		if validID(id) {
-			if _, err := os.Stat(filepath.Join(l.dir(), id, "sandbox.json")); err == nil {
+			if _, err := os.Stat(filepath.Join(l.dir(), id, recordFile)); err == nil {
 				again = fmt.Sprintf("; its files are kept: create a sandbox with metadata %s %q to re-create it on them (its processes are gone)", SandboxIDKey, id)
 			}
 		}

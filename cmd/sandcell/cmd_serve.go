@@ -297,7 +297,7 @@ func openService(env *cliEnv) (*served, func(), error) {
 	}
 	svc := service.New(e.Executor, ws, gate, env.log)
 	svc.SetKernelOptions(service.KernelOptions{Max: env.cfg.MaxKernels, Idle: env.cfg.KernelIdle})
-	svc.SetSandboxOptions(service.SandboxOptions{Max: env.cfg.MaxSandboxes, Dir: env.cfg.SandboxesPath()})
+	svc.SetSandboxOptions(service.SandboxOptions{Max: env.cfg.MaxSandboxes, Dir: env.cfg.SandboxesPath(), KeepFiles: env.cfg.SandboxKeep})
 	kernels = svc.LiveKernels
 	return &served{svc, e, m}, func() { svc.Close(); e.Close() }, nil
 }

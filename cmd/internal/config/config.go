@@ -80,6 +80,10 @@ type Config struct {
 	// MaxSandboxes caps the live sandboxes of a server (issue #39; 0:
 	// service.DefaultMaxSandboxes); their files live in SandboxesPath.
 	MaxSandboxes int
+	// SandboxKeep is how long the files of a live sandbox that ended
+	// without a kill are kept to re-create it on (0:
+	// service.DefaultKeepFiles).
+	SandboxKeep time.Duration
 }
 
 // PoolSize (runtimes.HostSettings) negative, the default here, is the
@@ -163,6 +167,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PoolIdle, "pool-idle", c.PoolIdle, "warm pool: a language and limits not asked for this long get no containers prepared ahead")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level on stderr: debug, info, warn, error")
 	fs.IntVar(&c.MaxSandboxes, "max-sandboxes", c.MaxSandboxes, "live sandboxes at once; past it a new one is refused as busy (default 1024)")
+	fs.DurationVar(&c.SandboxKeep, "sandbox-keep", c.SandboxKeep, "keep the files of a live sandbox that ended without a kill (server stopped, init died) this long to re-create it on; at most --max-sandboxes of them (default 168h)")
 	fs.IntVar(&c.MaxKernels, "max-kernels", c.MaxKernels, "live interpreters (run_cell kernels) at once, all sessions together; past it a new kernel is refused as busy (default 8)")
 	fs.DurationVar(&c.KernelIdle, "kernel-idle", c.KernelIdle, "stop a kernel that ran no cell for this long (default 15m)")
 }
@@ -214,6 +219,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxSandboxes < 0 {
 		return fmt.Errorf("--max-sandboxes %d must not be negative", c.MaxSandboxes)
+	}
+	if c.SandboxKeep < 0 {
+		return fmt.Errorf("--sandbox-keep %s must not be negative", c.SandboxKeep)
 	}
 	if c.MaxKernels < 0 || c.KernelIdle < 0 {
 		return fmt.Errorf("--max-kernels %d and --kernel-idle %s must not be negative", c.MaxKernels, c.KernelIdle)

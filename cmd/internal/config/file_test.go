@@ -67,6 +67,7 @@ var samples = map[string]struct {
 	"max-kernels":             {[]string{"3"}, `3`},
 	"max-sandboxes":           {[]string{"7"}, `7`},
 	"kernel-idle":             {[]string{"2m"}, `"2m"`},
+	"sandbox-keep":            {[]string{"36h"}, `"36h"`},
 	"fork-server":             {[]string{"false"}, `false`},
 }
 
