@@ -78,7 +78,7 @@ func exerciseSandcell(t *testing.T, ctx context.Context, cs *mcp.ClientSession, 
 		t.Errorf("timeout run: isError %v structured %s", res.IsError, b)
 	}
 
-	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"language": "cobol", "source": "x"}})
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_code", Arguments: map[string]any{"language": "klingon", "source": "x"}})
 	if err != nil {
 		t.Fatalf("CallTool with a bad language: %v (want an isError result, not a protocol error)", err)
 	}

@@ -90,9 +90,9 @@ func TestSeedTCPLines(t *testing.T) {
 	if r["stdout"] != "4\n" || r["stderr"] != "" || r["exit_code"] != 0.0 {
 		t.Errorf("call_tool with js: %v", m)
 	}
-	m = ncLine(`{"method":"call_tool","params":{"tool":"execute_code","arguments":{"language":"cobol","source":"x"}},"id":3}`)
+	m = ncLine(`{"method":"call_tool","params":{"tool":"execute_code","arguments":{"language":"klingon","source":"x"}},"id":3}`)
 	if b, _ := json.Marshal(m); !strings.Contains(string(b), "python") || m["error"] == nil {
-		t.Errorf("call_tool with cobol: %s, want an error naming the languages", b)
+		t.Errorf("call_tool with klingon: %s, want an error naming the languages", b)
 	}
 	// With the real nc, when the host has one.
 	if nc, err := exec.LookPath("nc"); err == nil {

@@ -57,7 +57,7 @@ async function main() {
   const to = await client.callTool({ name: 'execute_code', arguments: { language: 'sh', source: 'sleep 10', timeout_ms: 300 } });
   out.timeout = { isError: !!to.isError, status: to.structuredContent?.status };
 
-  const bad = await client.callTool({ name: 'execute_code', arguments: { language: 'cobol', source: 'x' } });
+  const bad = await client.callTool({ name: 'execute_code', arguments: { language: 'klingon', source: 'x' } });
   out.badLanguage = { isError: !!bad.isError, text: text(bad) };
 
   // A session's file as a resource (issue #17: in the 2026-07-28 era
