@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -30,6 +31,14 @@ import (
 // one. The pool raises the burst rate, not the sustained one: every
 // sandbox still costs one container start, only earlier.
 //
+// What the pool keeps is bounded: at most MaxKinds kinds (a create of a
+// new kind past it forgets the kind asked for least recently, and its
+// prepared sandboxes), each forgotten with its sandboxes once it was not
+// asked for in Idle. Kinds are the callers' choice (every distinct set of
+// limits is one): without the bounds a client could make the server keep
+// a prepared sandbox (memory, a disk image, a container) for every set it
+// ever named, for the server's life.
+//
 // A prepared sandbox's container is <instance>-pool-<n> (Recover's naming
 // rule: the instance prefix says whose it is); its disk lives in
 // Dir/<instance>-pool-<n> until handed out. Close destroys the idle ones
@@ -46,7 +55,18 @@ type LivePoolConfig struct {
 	Dir string
 	// Busy, if set, says the host is loaded: nothing is prepared then.
 	Busy func() bool
+	// Idle is how long a kind may go unasked before it is forgotten with
+	// its prepared sandboxes (DefaultLiveIdle); MaxKinds how many kinds
+	// are prepared at most (DefaultLiveKinds).
+	Idle     time.Duration
+	MaxKinds int
 }
+
+// LivePoolConfig's defaults.
+const (
+	DefaultLiveIdle  = 10 * time.Minute
+	DefaultLiveKinds = 4
+)
 
 // LivePool starts live sandboxes, from the pool when it has one of the
 // kind asked for (oci.LiveRuntime).
@@ -69,9 +89,10 @@ type LivePool struct {
 
 // liveKind is one key's request and its idle sandboxes.
 type liveKind struct {
-	req  oci.Request
-	opts oci.SandboxOptions // ID and UpperDir unset
-	idle []*liveSandbox
+	req   oci.Request
+	opts  oci.SandboxOptions // ID and UpperDir unset
+	idle  []*liveSandbox
+	asked time.Time // the last create of this kind
 }
 
 // NewLivePool starts a pool in front of rt and removes what a dead
@@ -85,6 +106,12 @@ func NewLivePool(rt *Libcontainer, cfg LivePoolConfig) (*LivePool, error) {
 	}
 	if err := removeDeadPoolDisks(cfg.Dir, rt.instance); err != nil {
 		return nil, err
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = DefaultLiveIdle
+	}
+	if cfg.MaxKinds <= 0 {
+		cfg.MaxKinds = DefaultLiveKinds
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &LivePool{rt: rt, cfg: cfg, log: rt.log, ctx: ctx, cancel: cancel,
@@ -180,10 +207,14 @@ func (p *LivePool) take(key string, req *oci.Request, opts oci.SandboxOptions) *
 	}
 	k := p.keys[key]
 	if k == nil {
+		if len(p.keys) >= p.cfg.MaxKinds {
+			p.forget(p.stalest())
+		}
 		k = &liveKind{req: *liveRequest(req), opts: opts}
 		k.opts.ID, k.opts.UpperDir = "", ""
 		p.keys[key] = k
 	}
+	k.asked = time.Now()
 	for len(k.idle) > 0 {
 		s := k.idle[0]
 		k.idle = k.idle[1:]
@@ -194,6 +225,50 @@ func (p *LivePool) take(key string, req *oci.Request, opts oci.SandboxOptions) *
 		go p.discard(s)
 	}
 	return nil
+}
+
+// stalest is the key asked for least recently; p.mu held.
+func (p *LivePool) stalest() string {
+	var key string
+	var at time.Time
+	for k, c := range p.keys {
+		if key == "" || c.asked.Before(at) {
+			key, at = k, c.asked
+		}
+	}
+	return key
+}
+
+// forget drops a kind; its prepared sandboxes are destroyed in the
+// background. p.mu held.
+func (p *LivePool) forget(key string) {
+	k := p.keys[key]
+	if k == nil {
+		return
+	}
+	delete(p.keys, key)
+	for _, s := range k.idle {
+		go p.discard(s)
+	}
+	p.log.Debug("live pool: a kind forgotten", "prepared", len(k.idle))
+}
+
+// expire forgets the kinds not asked for in Idle.
+func (p *LivePool) expire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key, k := range p.keys {
+		if time.Since(k.asked) > p.cfg.Idle {
+			p.forget(key)
+		}
+	}
+}
+
+// Kinds is how many kinds of sandbox the pool prepares.
+func (p *LivePool) Kinds() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.keys)
 }
 
 // handOut moves s's disk image into opts.UpperDir and gives s the
@@ -250,11 +325,16 @@ func (p *LivePool) kick() {
 // preparation of ours).
 func (p *LivePool) refill() {
 	defer close(p.done)
+	t := time.NewTicker(min(max(p.cfg.Idle/4, 10*time.Millisecond), time.Minute))
+	defer t.Stop()
 	for {
 		select {
 		case <-p.ctx.Done():
 			return
 		case <-p.kickCh:
+		case <-t.C:
+			p.expire()
+			continue
 		}
 		for p.ctx.Err() == nil && (p.cfg.Busy == nil || !p.cfg.Busy()) && p.step() {
 		}
@@ -265,9 +345,10 @@ func (p *LivePool) refill() {
 func (p *LivePool) step() bool {
 	p.mu.Lock()
 	var k *liveKind
-	for _, c := range p.keys {
+	var key string
+	for kk, c := range p.keys {
 		if len(c.idle) < p.cfg.Size {
-			k = c
+			k, key = c, kk
 			break
 		}
 	}
@@ -287,10 +368,10 @@ func (p *LivePool) step() bool {
 		return false
 	}
 	p.mu.Lock()
-	if p.closed {
+	if closed := p.closed; closed || p.keys[key] != k {
 		p.mu.Unlock()
-		p.discard(s)
-		return false
+		p.discard(s) // closed, or the kind was forgotten meanwhile
+		return !closed
 	}
 	k.idle = append(k.idle, s)
 	p.mu.Unlock()

@@ -415,3 +415,46 @@ func reportMedian(b *testing.B, vs []float64, unit string) {
 	slices.Sort(vs)
 	b.ReportMetric(vs[len(vs)/2], unit)
 }
+
+// TestLivePoolForgets: the kinds the pool prepares are bounded: a kind
+// not asked for in Idle is forgotten with its prepared sandboxes, and a
+// new kind past MaxKinds forgets the one asked for least recently.
+func TestLivePoolForgets(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	req, opts := livePoolReq(t)
+	dir := filepath.Join(t.TempDir(), "pool")
+	p, err := backend.NewLivePool(e.rt, backend.LivePoolConfig{Size: 1, Dir: dir, Idle: 2 * time.Second, MaxKinds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	poolStart(t, p, req, opts).Destroy()
+	awaitIdle(t, p, 1)
+	other := *req
+	other.Limits.FileBytes = 32 << 20
+	poolStart(t, p, &other, opts).Destroy() // a second kind: the first is forgotten
+	if k := p.Kinds(); k != 1 {
+		t.Errorf("%d kinds prepared, want MaxKinds 1", k)
+	}
+	awaitIdle(t, p, 1) // the second kind's
+	poolStart(t, p, &other, opts)
+	if p.Hits() != 1 {
+		t.Errorf("hits = %d, want 1 (the second kind's prepared sandbox)", p.Hits())
+	}
+	// Unasked for longer than Idle: forgotten, nothing prepared is left.
+	for deadline := time.Now().Add(30 * time.Second); p.Kinds() != 0 || p.Idle() != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after Idle: %d kinds, %d prepared; want none", p.Kinds(), p.Idle())
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ents, _ := os.ReadDir(dir)
+		if len(ents) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the forgotten kinds' disks stay in the pool's dir: %d entries", len(ents))
+		}
+	}
+}
