@@ -1,0 +1,2 @@
+echo boom >&2
+exit 3
