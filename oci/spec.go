@@ -19,7 +19,7 @@ const (
 	// range starting at Host.UIDBase, so even a kernel bug that breaks out of
 	// the namespaces lands as a nobody on the host.
 	idMapSize = 65536
-	hostname  = "sandcell"
+	hostname  = "sandcell" // rootfs.Hostname: the skeleton resolves it
 	WorkDir   = "/work"
 )
 

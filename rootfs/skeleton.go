@@ -54,9 +54,18 @@ var skeletonFiles = map[string]string{
 		"nogroup:x:65534:\n",
 	// Lookups are answered from files only: the sandbox has no resolver.
 	"etc/nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\n",
-	"etc/hosts":         "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
-	"etc/hostname":      "sandbox\n",
+	// The sandbox's own name resolves from files: without it a program
+	// that looks itself up (Java's InetAddress.getLocalHost, Python's
+	// gethostbyname(gethostname()), git and curl under a network policy)
+	// failed, or asked the policy's DNS and was refused.
+	"etc/hosts":    "127.0.0.1\tlocalhost\n127.0.1.1\t" + Hostname + "\n::1\tlocalhost\n",
+	"etc/hostname": Hostname + "\n",
 }
+
+// Hostname is the sandboxes' host name: the one oci's spec sets (oci/spec.go,
+// which imports no rootfs), named in the skeleton's /etc/hosts and
+// /etc/hostname.
+const Hostname = "sandcell"
 
 // writeSkeleton creates the skeleton layer at dir (which must not exist):
 // the mountpoints, /tmp with the sticky bit, and skeletonFiles.

@@ -676,7 +676,8 @@ func TestWriteSkeleton(t *testing.T) {
 		t.Errorf("/tmp mode %v, want sticky 0777", fi.Mode())
 	}
 	for name, want := range map[string]string{
-		"etc/hostname": "sandbox\n",
+		"etc/hostname": Hostname + "\n", // the name the spec gives the sandbox
+		"etc/hosts":    "127.0.1.1\t" + Hostname + "\n",
 		"etc/passwd":   "sandbox:x:1000:1000:",
 		"etc/group":    "nogroup:x:65534:",
 	} {
