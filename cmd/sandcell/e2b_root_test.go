@@ -17,12 +17,15 @@ import (
 )
 
 // realSDKScenarios are conformance/e2b/sdk.mjs's scenarios that run against
-// real sandboxes of the `base` template (the default root, busybox). Left
-// out: the code interpreter's two (e2bKernels is nil: port 49999 answers
-// 501).
+// real sandboxes of the `base` template (the default root, busybox), and
+// the code interpreter's over kernels inside real sandboxes of the
+// code-interpreter-v1 template (python-data) and the javascript one. Left
+// out: the fake's two code interpreter scenarios (they want python,
+// javascript and bash contexts in one sandbox).
 var realSDKScenarios = []string{"create", "whoami", "commands.run wait", "commands stream", "commands background and kill",
 	"commands timeout", "commands stdin", "files", "files watch", "getHost", "setTimeout and info", "list",
-	"pause and connect", "pty", "kill during a command", "kill"}
+	"pause and connect", "pty", "kill during a command", "kill",
+	"ci state", "ci error", "ci plot", "ci files", "ci envs", "ci timeout then next cell", "ci contexts", "ci javascript", "ci round trip"}
 
 // TestE2BSDKOnRealSandboxes runs the unmodified e2b npm SDK (sdk.mjs) against
 // `sandcell serve --http --e2b` over real live sandboxes: what the fake of
@@ -30,7 +33,7 @@ var realSDKScenarios = []string{"create", "whoami", "commands.run wait", "comman
 // dev server on port 3000 reached by its PORT-ID host, a pause, a kill).
 // It needs root and node; in CI neither may be missing.
 func TestE2BSDKOnRealSandboxes(t *testing.T) {
-	requireLayers(t, "sh")
+	requireLayers(t, "sh", "python-data", "javascript")
 	node, err := exec.LookPath("node")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -79,7 +82,7 @@ func TestE2BSDKOnRealSandboxes(t *testing.T) {
 	})
 
 	const text = "dev server on 3000"
-	run, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	run, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(run, node, "sdk.mjs")
 	cmd.Dir = dir
