@@ -19,6 +19,7 @@ package interp
 import (
 	"context"
 	"crypto/rand"
+	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -124,7 +125,7 @@ func New(sb api.Sandboxes, opt Options) *Manager {
 
 // Languages are the context languages offered (with the drivers of
 // rootfs/kernels), in order.
-var Languages = []string{"python", "javascript"}
+var Languages = []string{"python", "javascript", "bash"}
 
 // Info is a context as the caller sees it.
 type Info struct {
@@ -286,7 +287,15 @@ type lang struct {
 	first  string   // the driver's program file
 	argv   []string // with {driver} in place
 	env    map[string]string
+	// words: the driver reads its commands as words (bash.sh), not JSON.
+	words bool
 }
+
+// bashDriver is the bash context's driver: sandcell's own (the catalogue's
+// kernels speak JSON, which a shell cannot read).
+//
+//go:embed bash.sh
+var bashDriver []byte
 
 // language resolves a context language for a sandbox: the catalogue's
 // kernel of it, with the environment of the sandbox's own language when
@@ -296,6 +305,16 @@ func (m *Manager) language(ctx context.Context, id string, info api.SandboxInfo,
 	offered := "offered: " + strings.Join(Languages, ", ")
 	if !slices.Contains(Languages, name) {
 		return lang{}, api.Invalid(fmt.Sprintf("no %.40q context in sandcell's code interpreter (%s)", name, offered))
+	}
+	if name == "bash" {
+		// bash where the root has it, else the root's sh (busybox ash in
+		// sandcell's roots): the driver is POSIX sh.
+		prog := "/bin/bash"
+		if _, err := m.sb.Stat(ctx, id, prog); err != nil {
+			prog = "/bin/sh"
+		}
+		return lang{name: name, driver: map[string][]byte{"bash.sh": bashDriver}, first: "bash.sh",
+			argv: []string{prog, rootfs.DriverPlaceholder}, env: map[string]string{}, words: true}, nil
 	}
 	l, err := rootfs.Lookup(name)
 	if err != nil || l.Kernel == nil {

@@ -231,7 +231,7 @@ func TestLanguagesRefused(t *testing.T) {
 	h := newHost(t, "python")
 	h.missing = map[string]bool{"/usr/bin/node": true}
 	m := newManager(t, h)
-	for lang, want := range map[string]string{"r": "offered: python, javascript", "java": "offered: python, javascript", "javascript": "/usr/bin/node"} {
+	for lang, want := range map[string]string{"r": "offered: python, javascript, bash", "java": "offered: python, javascript, bash", "javascript": "/usr/bin/node"} {
 		_, err := m.Create(t.Context(), "sb1", lang, "")
 		if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v", lang, err)
@@ -252,4 +252,54 @@ func TestSandboxGone(t *testing.T) {
 		defer m.mu.Unlock()
 		return len(m.boxes) == 0
 	})
+}
+
+func TestBashContextKeepsVariablesAndCwd(t *testing.T) {
+	t.Run("bash", func(t *testing.T) { testShellContext(t, false) })
+	// Without bash in the root the driver runs on its sh (here dash).
+	t.Run("sh", func(t *testing.T) { testShellContext(t, true) })
+}
+
+func testShellContext(t *testing.T, noBash bool) {
+	h := newHost(t, "python")
+	if noBash {
+		h.missing = map[string]bool{"/bin/bash": true}
+	}
+	m := newManager(t, h)
+	cid := create(t, m, "bash")
+	if err := os.Mkdir(filepath.Join(h.home, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, m, cid, "Y=7\ncd sub\nf() { echo \"f of $1\"; }")
+	o := mustRun(t, m, cid, "echo $Y; pwd; f x; echo err >&2")
+	if o.stdout != "7\n"+filepath.Join(h.home, "sub")+"\nf of x\n" || o.stderr != "err\n" || o.count != 2 {
+		t.Fatalf("got %+v", o)
+	}
+	if o := mustRun(t, m, cid, "false"); o.err == nil || o.err.Value != "exit status 1" {
+		t.Fatalf("a failing cell: %+v", o)
+	}
+	o, err := runCell(t.Context(), m, cid, Cell{Code: "echo \"$CELL_V\"", Env: map[string]string{"CELL_V": "it's set", "Y": "8"}})
+	if err != nil || o.stdout != "it's set\n" {
+		t.Fatalf("env: %+v %v", o, err)
+	}
+	if o := mustRun(t, m, cid, "echo \"${CELL_V-unset} $Y\""); o.stdout != "unset 7\n" {
+		t.Fatalf("the env stayed after its cell: %+v", o)
+	}
+	// An interrupt ends the cell's command, not the shell: the state
+	// stays.
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := runCell(ctx, m, cid, Cell{Code: "sleep 60"}); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 3*time.Second {
+		t.Fatalf("interrupted cell: %v after %s", err, time.Since(start))
+	}
+	if o := mustRun(t, m, cid, "echo $Y"); o.stdout != "7\n" {
+		t.Fatalf("after the interrupt: %+v", o)
+	}
+	if err := m.Restart(t.Context(), "sb1", cid); err != nil {
+		t.Fatal(err)
+	}
+	if o := mustRun(t, m, cid, "echo \"[$Y]\""); o.stdout != "[]\n" {
+		t.Fatalf("state after restart: %+v", o)
+	}
 }

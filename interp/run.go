@@ -2,11 +2,15 @@ package interp
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -93,16 +97,10 @@ func (c *Context) run(ctx context.Context, cell Cell, emit func(Event) error) er
 		close(k.done)
 	}()
 
-	cmd := map[string]any{"op": "run", "id": id, "code": cell.Code, "mark": mark, "cell": n,
-		"outputs": path.Join(p.dir, "out"), "max_pixels": c.m.opt.MaxPixels}
-	if len(cell.Env) > 0 {
-		cmd["env"] = cell.Env
-	}
-	line, err := json.Marshal(cmd)
+	line, err := c.command(id, n, mark, p, cell)
 	if err != nil {
-		return fmt.Errorf("encoding the cell: %w", err)
+		return err
 	}
-	line = append(line, '\n')
 	for len(line) > 0 {
 		part := line[:min(len(line), inputChunk)]
 		if err := c.m.sb.SendInput(ctx, c.box, p.driver, part); err != nil {
@@ -130,6 +128,12 @@ func (c *Context) run(ctx context.Context, cell Cell, emit func(Event) error) er
 		stop = why
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = c.m.sb.Signal(ictx, c.box, p.driver, 2)
+		if c.lang.words {
+			// A shell takes SIGINT only after its running command ends:
+			// the command itself is interrupted (its state stays).
+			_, _ = c.m.sb.StartProcess(ictx, c.box, api.ProcessSpec{
+				Argv: []string{"/bin/sh", "-c", `pkill -INT -P "$0"`, strconv.Itoa(p.driver)}, Cwd: "/", TimeoutMS: 5000})
+		}
 		cancel()
 		grace = time.After(c.m.opt.Grace)
 	}
@@ -187,6 +191,54 @@ func (c *Context) run(ctx context.Context, cell Cell, emit func(Event) error) er
 	}
 	return c.results(ctx, p, got, emit)
 }
+
+// command is the line that runs a cell: JSON for the catalogue's drivers
+// (rootfs/kernels/python.py), words for bash.sh.
+func (c *Context) command(id uint64, n int, mark string, p *proc, cell Cell) ([]byte, error) {
+	if c.lang.words {
+		esc := strings.NewReplacer("\x1b", `\033`, "\x07", `\007`, "%", "%%", `\`, `\\`)
+		pro, epi := shellEnv(cell.Env)
+		return fmt.Appendf(nil, "run %d %s %s %s %s\n", id, esc.Replace(mark), b64(cell.Code), b64(pro), b64(epi)), nil
+	}
+	cmd := map[string]any{"op": "run", "id": id, "code": cell.Code, "mark": mark, "cell": n,
+		"outputs": path.Join(p.dir, "out"), "max_pixels": c.m.opt.MaxPixels}
+	if len(cell.Env) > 0 {
+		cmd["env"] = cell.Env
+	}
+	line, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the cell: %w", err)
+	}
+	return append(line, '\n'), nil
+}
+
+// b64 is s in base64 for bash.sh, "-" for nothing.
+func b64(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return base64.StdEncoding.EncodeToString([]byte(s))
+}
+
+var shellName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// shellEnv is the shell code that exports a cell's environment variables
+// (names a shell cannot take are left out) and the code that puts back
+// what was there after the cell.
+func shellEnv(env map[string]string) (pro, epi string) {
+	var b, e strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(env)) {
+		if !shellName.MatchString(k) || strings.HasPrefix(k, "__sandcell") {
+			continue
+		}
+		set, old := fmt.Sprintf("__sandcell_set%d", i), fmt.Sprintf("__sandcell_old%d", i)
+		fmt.Fprintf(&b, "%s=${%s+x}; %s=${%s-}; export %s=%s\n", set, k, old, k, k, shellQuote(env[k]))
+		fmt.Fprintf(&e, "if [ -n \"$%s\" ]; then %s=$%s; else unset %s; fi; unset %s %s\n", set, k, old, k, set, old)
+	}
+	return b.String(), e.String()
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // died is the error of a cell whose driver is gone.
 func (c *Context) died(p *proc) error {

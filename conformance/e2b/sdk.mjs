@@ -363,16 +363,31 @@ await scenario('ci contexts', async () => {
   check(r.error && r.error.name === 'NameError', `restart kept state: ${JSON.stringify(r)}`)
   await s.removeCodeContext(ctx.id)
   check(!(await s.listCodeContexts()).some((c) => c.id === ctx.id), 'removed context still listed')
-  for (const language of ['bash', 'r']) {
+  for (const language of ['r', 'java']) {
     try {
       await s.createCodeContext({ language })
       throw new Error(`a ${language} context was made`)
     } catch (err) {
       // The SDK shows a 400 without its body; the body names the
       // languages offered (e2b's and interp's tests check it).
-      check(/400|offered: python, javascript/.test(String(err)), `${language}: ${err}`)
+      check(/400|offered: python, javascript, bash/.test(String(err)), `${language}: ${err}`)
     }
   }
+})
+
+await scenario('ci bash', async () => {
+  const s = await ci()
+  const ctx = await s.createCodeContext({ language: 'bash' })
+  check(ctx.id && ctx.language === 'bash' && ctx.cwd === '/home/user', JSON.stringify(ctx))
+  await s.runCode('Y=7; mkdir -p sub && cd sub', { context: ctx })
+  let b = await s.runCode('echo "$Y $(pwd) $(whoami)"', { context: ctx })
+  check(b.logs.stdout.join('') === '7 /home/user/sub user\n', `bash context state: ${JSON.stringify(b.logs)}`)
+  b = await s.runCode('ls /nonexistent', { context: ctx })
+  check(b.error && b.logs.stderr.join('').includes('nonexistent'), `a failing command: ${JSON.stringify(b)}`)
+  await s.restartCodeContext(ctx)
+  b = await s.runCode('echo "[$Y]"', { context: ctx })
+  check(b.logs.stdout.join('') === '[]\n', `restart kept state: ${JSON.stringify(b.logs)}`)
+  await s.removeCodeContext(ctx.id)
 })
 
 await scenario('ci javascript', async () => {
