@@ -20,12 +20,12 @@ import (
 // real sandboxes of the `base` template (the default root, busybox), and
 // the code interpreter's over kernels inside real sandboxes of the
 // code-interpreter-v1 template (python-data) and the javascript one. Left
-// out: the fake's two code interpreter scenarios (they want python,
-// javascript and bash contexts in one sandbox).
+// out: the fake's "code interpreter" (it wants python and javascript
+// contexts in one sandbox; the ci scenarios cover it).
 var realSDKScenarios = []string{"create", "whoami", "commands.run wait", "commands stream", "commands background and kill",
 	"commands timeout", "commands stdin", "files", "files watch", "getHost", "setTimeout and info", "list",
 	"pause and connect", "pty", "kill during a command", "kill",
-	"ci state", "ci error", "ci plot", "ci files", "ci envs", "ci timeout then next cell", "ci contexts", "ci bash", "ci javascript", "ci round trip"}
+	"ci state", "ci error", "ci plot", "ci files", "ci envs", "ci timeout then next cell", "ci contexts", "ci bash", "ci javascript", "ci round trip", "code interpreter killed during a cell"}
 
 // TestE2BSDKOnRealSandboxes runs the unmodified e2b npm SDK (sdk.mjs) against
 // `sandcell serve --http --e2b` over real live sandboxes: what the fake of

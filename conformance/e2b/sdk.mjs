@@ -384,6 +384,15 @@ await scenario('ci bash', async () => {
   check(b.logs.stdout.join('') === '7 /home/user/sub user\n', `bash context state: ${JSON.stringify(b.logs)}`)
   b = await s.runCode('ls /nonexistent', { context: ctx })
   check(b.error && b.logs.stderr.join('').includes('nonexistent'), `a failing command: ${JSON.stringify(b)}`)
+  try {
+    await s.runCode('sleep 60', { context: ctx, timeoutMs: 1500 })
+    throw new Error('a 60 s sleep did not time out')
+  } catch (err) {
+    check(err instanceof TimeoutError, `${err}`)
+  }
+  const t0 = Date.now()
+  b = await s.runCode('echo "$Y"', { context: ctx })
+  check(b.logs.stdout.join('') === '7\n' && Date.now() - t0 < 4000, `after an interrupt: ${JSON.stringify(b.logs)} in ${Date.now() - t0} ms`)
   await s.restartCodeContext(ctx)
   b = await s.runCode('echo "[$Y]"', { context: ctx })
   check(b.logs.stdout.join('') === '[]\n', `restart kept state: ${JSON.stringify(b.logs)}`)
