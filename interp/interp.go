@@ -69,6 +69,8 @@ type Options struct {
 	// Grace is how long an interrupted cell has to end before its
 	// context is killed (default 5s).
 	Grace time.Duration
+	// SendWait bounds the write of a cell to its driver (default 30s).
+	SendWait time.Duration
 	// MaxImageBytes bounds one image read back (default 16 MiB);
 	// MaxPixels is passed to the drivers (default 4 million).
 	MaxImageBytes int64
@@ -91,6 +93,9 @@ func (o *Options) defaults() {
 	}
 	if o.Grace <= 0 {
 		o.Grace = 5 * time.Second
+	}
+	if o.SendWait <= 0 {
+		o.SendWait = 30 * time.Second
 	}
 	if o.MaxImageBytes <= 0 {
 		o.MaxImageBytes = 16 << 20
@@ -194,6 +199,11 @@ func (m *Manager) Create(ctx context.Context, id, language, cwd string) (Info, e
 		return Info{}, err
 	}
 	m.mu.Lock()
+	if len(m.boxes[id]) >= maxContexts { // others were made meanwhile
+		m.mu.Unlock()
+		c.stop()
+		return Info{}, fmt.Errorf("%w: sandbox %s has %d contexts, the most: remove one", api.ErrBusy, id, maxContexts)
+	}
 	m.boxes[id] = append(m.boxes[id], c)
 	m.mu.Unlock()
 	return c.info(), nil

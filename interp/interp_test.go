@@ -303,3 +303,20 @@ func testShellContext(t *testing.T, noBash bool) {
 		t.Fatalf("state after restart: %+v", o)
 	}
 }
+
+func TestADriverThatStopsReadingIsKilled(t *testing.T) {
+	h := newHost(t, "python")
+	m := New(h, Options{DriverDir: t.TempDir(), RunDir: t.TempDir(), SendWait: time.Second})
+	cid := create(t, m, "python")
+	// The cell swaps the driver's command channel for a pipe no one
+	// writes: the driver never reads its stdin again.
+	mustRun(t, m, cid, "import os\nkeep = os.dup(3)\nr, w = os.pipe()\nos.dup2(r, 3)")
+	start := time.Now()
+	_, err := run(t, m, cid, "x = 1\n#"+strings.Repeat("-", 2<<20))
+	if err == nil || !strings.Contains(err.Error(), "did not read it") || time.Since(start) > 10*time.Second {
+		t.Fatalf("a cell to a driver that does not read: %v after %s", err, time.Since(start))
+	}
+	if o := mustRun(t, m, cid, "1 + 1"); o.main() != "2" {
+		t.Fatalf("after the kill: %+v", o)
+	}
+}

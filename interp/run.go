@@ -101,13 +101,8 @@ func (c *Context) run(ctx context.Context, cell Cell, emit func(Event) error) er
 	if err != nil {
 		return err
 	}
-	for len(line) > 0 {
-		part := line[:min(len(line), inputChunk)]
-		if err := c.m.sb.SendInput(ctx, c.box, p.driver, part); err != nil {
-			p.kill()
-			return fmt.Errorf("sending the cell to the %s kernel: %w", c.lang.name, err)
-		}
-		line = line[len(part):]
+	if err := c.send(ctx, p, line); err != nil {
+		return err
 	}
 
 	var (
@@ -190,6 +185,44 @@ func (c *Context) run(ctx context.Context, cell Cell, emit func(Event) error) er
 		return stop
 	}
 	return c.results(ctx, p, got, emit)
+}
+
+// send writes a command to the driver's stdin. A driver that does not
+// read it (a cell closed fd 3, or the driver hangs) would hold the write,
+// and the context, for ever: past ctx or sendWait the driver is killed,
+// which ends the write.
+func (c *Context) send(ctx context.Context, p *proc, line []byte) error {
+	done := make(chan error, 1)
+	go func() {
+		for len(line) > 0 {
+			part := line[:min(len(line), inputChunk)]
+			if err := c.m.sb.SendInput(context.WithoutCancel(ctx), c.box, p.driver, part); err != nil {
+				done <- err
+				return
+			}
+			line = line[len(part):]
+		}
+		done <- nil
+	}()
+	t := time.NewTimer(c.m.opt.SendWait)
+	defer t.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-t.C:
+		p.kill()
+		<-done
+		err = fmt.Errorf("the kernel did not read it within %s, and was killed", c.m.opt.SendWait)
+	case <-ctx.Done():
+		p.kill()
+		<-done
+		err = ctx.Err()
+	}
+	if err != nil {
+		p.kill()
+		return fmt.Errorf("sending the cell to the %s kernel: %w", c.lang.name, err)
+	}
+	return nil
 }
 
 // command is the line that runs a cell: JSON for the catalogue's drivers
