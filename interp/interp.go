@@ -157,10 +157,12 @@ type Event struct {
 }
 
 // Result is a value or a display item of a cell: Text (the value's repr
-// or a displayed text), or an image's bytes and MIME type. Main is set
-// for the cell's value (its last expression).
+// or a displayed text) and HTML (a python value's _repr_html_: a data
+// frame's table), or an image's bytes and MIME type. Main is set for the
+// cell's value (its last expression).
 type Result struct {
 	Text  string
+	HTML  string
 	Image []byte
 	MIME  string
 	Main  bool

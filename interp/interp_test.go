@@ -112,6 +112,18 @@ func TestPythonErrorHasTraceback(t *testing.T) {
 	}
 }
 
+func TestPythonValueHTML(t *testing.T) {
+	m := newManager(t, newHost(t, "python"))
+	cid := create(t, m, "python")
+	o := mustRun(t, m, cid, "class T:\n    def __repr__(self): return 'T()'\n    def _repr_html_(self): return '<b>t</b>'\nT()")
+	if len(o.results) != 1 || o.results[0].Text != "T()" || o.results[0].HTML != "<b>t</b>" || !o.results[0].Main {
+		t.Fatalf("results: %+v", o.results)
+	}
+	if o := mustRun(t, m, cid, "3"); o.results[0].HTML != "" {
+		t.Fatalf("html of an int: %+v", o.results)
+	}
+}
+
 func TestCellEnvIsTheCellsOnly(t *testing.T) {
 	m := newManager(t, newHost(t, "python"))
 	cid := create(t, m, "python")

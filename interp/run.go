@@ -22,6 +22,7 @@ type reply struct {
 	Status         string        `json:"status"`
 	ExecutionCount int           `json:"execution_count"`
 	Value          *string       `json:"value"`
+	ValueHTML      string        `json:"value_html"`
 	Display        []displayItem `json:"display"`
 	Error          *struct {
 		Type      string `json:"type"`
@@ -234,7 +235,7 @@ func (c *Context) command(id uint64, n int, mark string, p *proc, cell Cell) ([]
 		return fmt.Appendf(nil, "run %d %s %s %s %s\n", id, esc.Replace(mark), b64(cell.Code), b64(pro), b64(epi)), nil
 	}
 	cmd := map[string]any{"op": "run", "id": id, "code": cell.Code, "mark": mark, "cell": n,
-		"outputs": path.Join(p.dir, "out"), "max_pixels": c.m.opt.MaxPixels}
+		"outputs": path.Join(p.dir, "out"), "max_pixels": c.m.opt.MaxPixels, "html": true}
 	if len(cell.Env) > 0 {
 		cmd["env"] = cell.Env
 	}
@@ -327,7 +328,7 @@ func (c *Context) results(ctx context.Context, p *proc, line []byte, emit func(E
 		}
 	}
 	if r.Value != nil {
-		if err := emit(Event{Result: &Result{Text: *r.Value, Main: true}}); err != nil {
+		if err := emit(Event{Result: &Result{Text: *r.Value, HTML: r.ValueHTML, Main: true}}); err != nil {
 			return err
 		}
 	}

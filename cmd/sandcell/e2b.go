@@ -91,7 +91,7 @@ func outputOf(ev interp.Event) e2b.Output {
 	case ev.Stream != "":
 		return e2b.Output{Type: ev.Stream, Text: ev.Text}
 	case ev.Result != nil:
-		r := &e2b.Result{Text: ev.Result.Text, IsMainResult: ev.Result.Main}
+		r := &e2b.Result{Text: ev.Result.Text, HTML: ev.Result.HTML, IsMainResult: ev.Result.Main}
 		switch ev.Result.MIME {
 		case "image/png":
 			r.PNG = base64.StdEncoding.EncodeToString(ev.Result.Image)

@@ -25,7 +25,7 @@ import (
 var realSDKScenarios = []string{"create", "whoami", "commands.run wait", "commands stream", "commands background and kill",
 	"commands timeout", "commands stdin", "files", "files watch", "getHost", "setTimeout and info", "list",
 	"pause and connect", "pty", "kill during a command", "kill",
-	"ci state", "ci error", "ci plot", "ci files", "ci envs", "ci timeout then next cell", "ci contexts", "ci bash", "ci javascript", "ci round trip", "code interpreter killed during a cell"}
+	"ci state", "ci error", "ci plot", "ci dataframe", "ci files", "ci envs", "ci timeout then next cell", "ci contexts", "ci bash", "ci javascript", "ci round trip", "code interpreter killed during a cell"}
 
 // TestE2BSDKOnRealSandboxes runs the unmodified e2b npm SDK (sdk.mjs) against
 // `sandcell serve --http --e2b` over real live sandboxes: what the fake of

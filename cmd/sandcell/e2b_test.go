@@ -90,6 +90,7 @@ func TestE2BOutputOfCellEvents(t *testing.T) {
 		{interp.Event{Stream: "stdout", Text: "hi\n"}, e2b.Output{Type: "stdout", Text: "hi\n"}},
 		{interp.Event{Stream: "stderr", Text: "oops"}, e2b.Output{Type: "stderr", Text: "oops"}},
 		{interp.Event{Result: &interp.Result{Text: "42", Main: true}}, e2b.Output{Type: "result", Result: &e2b.Result{Text: "42", IsMainResult: true}}},
+		{interp.Event{Result: &interp.Result{Text: "df", HTML: "<table/>", Main: true}}, e2b.Output{Type: "result", Result: &e2b.Result{Text: "df", HTML: "<table/>", IsMainResult: true}}},
 		{interp.Event{Result: &interp.Result{Image: png, MIME: "image/png"}}, e2b.Output{Type: "result", Result: &e2b.Result{PNG: base64.StdEncoding.EncodeToString(png)}}},
 		{interp.Event{Result: &interp.Result{Image: []byte("GIF89a"), MIME: "image/gif"}}, e2b.Output{Type: "result", Result: &e2b.Result{Text: "(an image of type image/gif, which E2B's results do not carry)"}}},
 		{interp.Event{Error: &interp.CellError{Name: "ZeroDivisionError", Value: "division by zero", Traceback: "Traceback ..."}},

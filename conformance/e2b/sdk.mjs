@@ -317,6 +317,13 @@ await scenario('ci plot', async () => {
   check(bytes.length > 1000 && bytes.subarray(0, 8).equals(Buffer.from('89504e470d0a1a0a', 'hex')), `not a PNG: ${bytes.length} bytes`)
 })
 
+await scenario('ci dataframe', async () => {
+  const ex = await (await ci()).runCode("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})")
+  check(!ex.error && ex.results.length === 1 && ex.results[0].isMainResult, `results: ${JSON.stringify(ex.results).slice(0, 300)} ${JSON.stringify(ex.error)}`)
+  check(ex.results[0].html && ex.results[0].html.includes('<table'), `no html table: ${JSON.stringify(ex.results[0])}`)
+  check(ex.text.includes('a  b'), `text: ${ex.text}`)
+})
+
 await scenario('ci files', async () => {
   const s = await ci()
   await s.files.write('/home/user/data.txt', 'written by files.write')

@@ -7,7 +7,9 @@ namespace, the way a notebook does. The protocol (oci/kernel_linux.go):
   fd 3  commands from the server, one JSON object per line:
         {"op": "run", "id": N, "code": "...", "mark": "...", "cell": C,
          "outputs": "outputs", "max_pixels": P, "max_value": V,
-         "env": {"K": "V"}}   (env: optional, set for that cell only)
+         "env": {"K": "V"}, "html": true}
+        (env: optional, set for that cell only; html: optional, the value's
+        _repr_html_ as "value_html" in the reply)
   fd 4  replies to the server, one JSON object per line: first
         {"ready": true, ...}, then one reply per command.
   fd 1, fd 2  the cells' output, read live by the server; after each cell
@@ -351,6 +353,19 @@ def _value(v):
     return text[:_MAX_VALUE_SENT]
 
 
+def _html(v):
+    """The value's HTML (a data frame's table), when the command asks for
+    it (E2B's results carry it) and the value's type has _repr_html_."""
+    f = getattr(type(v), "_repr_html_", None)
+    if not callable(f):
+        return None
+    try:
+        h = f(v)
+    except Exception:
+        return None
+    return h[:_MAX_VALUE_SENT] if isinstance(h, str) else None
+
+
 def _configure_pandas():
     pd = sys.modules.get("pandas")
     if pd is None or getattr(_configure_pandas, "done", False):
@@ -417,6 +432,10 @@ def _serve(ns):
                 if text is not None:
                     reply["value"] = text
                     reply["value_type"] = _type_name(value) if not isinstance(value, type) else "type"
+                    if cmd.get("html"):
+                        html = _html(value)
+                        if html is not None:
+                            reply["value_html"] = html
         except BaseException as e:  # noqa: B902 - the cell's, whatever it is
             _state.running = False
             sys.last_type, sys.last_value, sys.last_traceback = type(e), e, e.__traceback__
