@@ -102,8 +102,8 @@ func TestTemplatesMapOntoSpecs(t *testing.T) {
 	e := newEnv(t)
 	e.create("code-interpreter-v1")
 	info := must(e.sb.Sandbox(t.Context(), "sbx0001"))
-	if info.Language != "python" {
-		t.Errorf("code-interpreter-v1 made %+v, want the python language", info)
+	if info.Language != "python-data" {
+		t.Errorf("code-interpreter-v1 made %+v, want the python-data language", info)
 	}
 	e.create("my-image")
 	if info := must(e.sb.Sandbox(t.Context(), "sbx0002")); info.Template != "my-image" {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandcell/sandcell/api"
+	"github.com/sandcell/sandcell/internal/testutil"
 )
 
 // fakeSandboxes is an api.Sandboxes in memory: files in a map, and
@@ -343,32 +344,11 @@ func (f *fakeSandboxes) Events(ctx context.Context, id string, pid int) (<-chan 
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan api.ProcessEvent)
-	go func() {
-		defer close(ch)
-		for i := 0; ; {
-			p.mu.Lock()
-			evs, changed := p.events[i:], p.changed
-			p.mu.Unlock()
-			for _, ev := range evs {
-				select {
-				case ch <- ev:
-				case <-ctx.Done():
-					return
-				}
-				i++
-				if ev.End != nil {
-					return
-				}
-			}
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch, nil
+	return testutil.FollowEvents(ctx, func(i int) ([]api.ProcessEvent, <-chan struct{}) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.events[i:], p.changed
+	}), nil
 }
 
 func (f *fakeSandboxes) Wait(ctx context.Context, id string, pid int) (api.ProcessExit, error) {

@@ -76,12 +76,15 @@ type Options struct {
 // DefaultTemplates are the E2B templates the SDKs and their tests name:
 // base (E2B's is python 3 + node + git; here the server's default root,
 // whose tools are the operator's choice) and code-interpreter-v1 (the
-// code interpreter SDK's default template: the python root, whose
-// kernels the code interpreter drives).
+// code interpreter SDK's default template: E2B's has numpy, pandas and
+// matplotlib, so here the python-data root, python 3 with numpy, pandas,
+// matplotlib, scipy and pillow, whose python kernels the code interpreter
+// runs inside the live sandbox; it has no node: a javascript context
+// needs the javascript template).
 func DefaultTemplates() map[string]api.SandboxSpec {
 	return map[string]api.SandboxSpec{
 		"base":                {},
-		"code-interpreter-v1": {Language: "python"},
+		"code-interpreter-v1": {Language: "python-data"},
 	}
 }
 

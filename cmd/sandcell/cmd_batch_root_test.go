@@ -24,6 +24,15 @@ var humanevalDir = filepath.Join("..", "..", "testdata", "batch", "humaneval-x")
 func requireLayers(t *testing.T, langs ...string) {
 	t.Helper()
 	testutil.RequireRoot(t)
+	for _, name := range langs {
+		testutil.Require(t, layersBuilt(t, name), "layer %s not built (sandcell rootfs build %s)", name, name)
+	}
+}
+
+// layersBuilt reports whether the languages' layers are all built (with
+// SANDCELL_BUILD_ALL=1 every one must be).
+func layersBuilt(t *testing.T, langs ...string) bool {
+	t.Helper()
 	store := &rootfs.Store{Dir: layerHome()}
 	for _, name := range langs {
 		lang, err := rootfs.Lookup(name)
@@ -37,8 +46,11 @@ func requireLayers(t *testing.T, langs ...string) {
 		if !built && os.Getenv("SANDCELL_BUILD_ALL") == "1" {
 			t.Fatalf("layer %s is not built, and SANDCELL_BUILD_ALL=1", name)
 		}
-		testutil.Require(t, built, "layer %s not built (sandcell rootfs build %s)", name, name)
+		if !built {
+			return false
+		}
 	}
+	return true
 }
 
 // batchResults runs sandcell batch with args (plus --out) and returns the

@@ -183,7 +183,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 			if sb == nil {
 				return env.fail(errors.New("--e2b: this server holds no live sandboxes (issue #39)"))
 			}
-			k := e2bKernels(svc)
+			k := e2bKernels(sb, env.log)
 			e2bh, err := mountE2B(root, sb, k, sc, env.log)
 			if err != nil {
 				return env.fail(err)

@@ -40,6 +40,8 @@ var floors = []floor{
 		Peers: "a leaf may build on another leaf (egress on netcopy, sysmon and workspace on owner): still nothing above"},
 	{Name: "sandbox policy", Packages: []string{"seccomp", "limits", "rootfs"},
 		Why: "what a sandbox is allowed and made of: the seccomp profile (data), limits and cgroups, the layer catalogue and store; no runtime, no request"},
+	{Name: "kernels in live sandboxes", Packages: []string{"interp"},
+		Why: "interp runs the kernel drivers as processes of a live sandbox through api.Sandboxes alone (the sandbox's limits and network policy hold for it): it reads the catalogue's drivers and knows no runtime, executor or service, so nothing it does bypasses the service's checks"},
 	{Name: "runtime core", Packages: []string{"oci"},
 		Why: "oci is the backend-neutral core: the request, the spec, the output caps, the verdict and the Runtime interface that every backend implements"},
 	{Name: "backends", Packages: []string{"oci/*", "oci/backend/*", "wasm"},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,12 +18,19 @@ import (
 )
 
 // realSDKScenarios are conformance/e2b/sdk.mjs's scenarios that run against
-// real sandboxes of the `base` template (the default root, busybox). Left
-// out: the code interpreter's two (e2bKernels is nil: port 49999 answers
-// 501).
+// real sandboxes of the `base` template (the default root, busybox), and
+// the code interpreter's over kernels inside real sandboxes of the
+// code-interpreter-v1 template (python-data) and the javascript one. Left
+// out: the fake's "code interpreter" (it wants python and javascript
+// contexts in one sandbox; the ci scenarios cover it).
 var realSDKScenarios = []string{"create", "whoami", "commands.run wait", "commands stream", "commands background and kill",
 	"commands timeout", "commands stdin", "files", "files watch", "getHost", "setTimeout and info", "list",
 	"pause and connect", "pty", "kill during a command", "kill"}
+
+// realCIScenarios are the code interpreter's: they need the python-data
+// and javascript layers (CI builds every layer; a developer's `make test`
+// builds sh and python, and then runs the others alone).
+var realCIScenarios = []string{"ci state", "ci error", "ci plot", "ci dataframe", "ci files", "ci envs", "ci timeout then next cell", "ci contexts", "ci bash", "ci javascript", "ci round trip", "code interpreter killed during a cell"}
 
 // TestE2BSDKOnRealSandboxes runs the unmodified e2b npm SDK (sdk.mjs) against
 // `sandcell serve --http --e2b` over real live sandboxes: what the fake of
@@ -31,6 +39,13 @@ var realSDKScenarios = []string{"create", "whoami", "commands.run wait", "comman
 // It needs root and node; in CI neither may be missing.
 func TestE2BSDKOnRealSandboxes(t *testing.T) {
 	requireLayers(t, "sh")
+	scenarios := realSDKScenarios
+	if layersBuilt(t, "python-data", "javascript") {
+		scenarios = append(slices.Clone(scenarios), realCIScenarios...)
+	} else {
+		testutil.Require(t, os.Getenv("CI") != "true", "the python-data and javascript layers are not built")
+		t.Log("the code interpreter's scenarios do not run: sandcell rootfs build python-data javascript")
+	}
 	node, err := exec.LookPath("node")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -79,13 +94,13 @@ func TestE2BSDKOnRealSandboxes(t *testing.T) {
 	})
 
 	const text = "dev server on 3000"
-	run, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	run, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(run, node, "sdk.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base,
-		"E2B_API_KEY="+key, "E2B_DOMAIN=", "E2B_DEBUG=", "SDK_ONLY="+strings.Join(realSDKScenarios, ","),
+		"E2B_API_KEY="+key, "E2B_DOMAIN=", "E2B_DEBUG=", "SDK_ONLY="+strings.Join(scenarios, ","),
 		"SDK_PORT_TEXT="+text,
 		"SDK_PORT_CMD=mkdir -p /tmp/www && printf '"+text+"' > /tmp/www/index.html && httpd -f -p 3000 -h /tmp/www")
-	testutil.RunScenarios(t, cmd, realSDKScenarios)
+	testutil.RunScenarios(t, cmd, scenarios)
 }

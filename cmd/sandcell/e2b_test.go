@@ -2,18 +2,21 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/e2b"
+	"github.com/sandcell/sandcell/interp"
 )
 
 // noSandboxes is an api.Sandboxes with none; its other calls are not made
@@ -72,5 +75,30 @@ func TestMountE2B(t *testing.T) {
 	}
 	if err := (&config.Serve{E2B: true, HTTP: ":8080"}).Validate(); err == nil {
 		t.Error("--e2b without --e2b-key-file validated")
+	}
+}
+
+// A cell's events become the outputs of E2B's /execute stream that the
+// SDK reads: output by stream, the value as the main result, an image in
+// base64 under its type, a raised error, the execution count.
+func TestE2BOutputOfCellEvents(t *testing.T) {
+	png := []byte("\x89PNG\r\n\x1a\nrest")
+	for _, c := range []struct {
+		ev   interp.Event
+		want e2b.Output
+	}{
+		{interp.Event{Stream: "stdout", Text: "hi\n"}, e2b.Output{Type: "stdout", Text: "hi\n"}},
+		{interp.Event{Stream: "stderr", Text: "oops"}, e2b.Output{Type: "stderr", Text: "oops"}},
+		{interp.Event{Result: &interp.Result{Text: "42", Main: true}}, e2b.Output{Type: "result", Result: &e2b.Result{Text: "42", IsMainResult: true}}},
+		{interp.Event{Result: &interp.Result{Text: "df", HTML: "<table/>", Main: true}}, e2b.Output{Type: "result", Result: &e2b.Result{Text: "df", HTML: "<table/>", IsMainResult: true}}},
+		{interp.Event{Result: &interp.Result{Image: png, MIME: "image/png"}}, e2b.Output{Type: "result", Result: &e2b.Result{PNG: base64.StdEncoding.EncodeToString(png)}}},
+		{interp.Event{Result: &interp.Result{Image: []byte("GIF89a"), MIME: "image/gif"}}, e2b.Output{Type: "result", Result: &e2b.Result{Text: "(an image of type image/gif, which E2B's results do not carry)"}}},
+		{interp.Event{Error: &interp.CellError{Name: "ZeroDivisionError", Value: "division by zero", Traceback: "Traceback ..."}},
+			e2b.Output{Type: "error", Name: "ZeroDivisionError", Value: "division by zero", Traceback: "Traceback ..."}},
+		{interp.Event{ExecutionCount: 3}, e2b.Output{Type: "number_of_executions", ExecutionCount: 3}},
+	} {
+		if got := outputOf(c.ev); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%+v: %+v (result %+v), want %+v (result %+v)", c.ev, got, got.Result, c.want, c.want.Result)
+		}
 	}
 }

@@ -312,33 +312,11 @@ func (f *FakeSandboxes) Events(ctx context.Context, id string, pid int) (<-chan 
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan api.ProcessEvent)
-	go func() {
-		defer close(ch)
-		sent := 0
-		for {
-			f.mu.Lock()
-			evs, changed := p.events[sent:], p.changed
-			f.mu.Unlock()
-			for _, ev := range evs {
-				select {
-				case ch <- ev:
-				case <-ctx.Done():
-					return
-				}
-				sent++
-				if ev.End != nil {
-					return
-				}
-			}
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch, nil
+	return FollowEvents(ctx, func(i int) ([]api.ProcessEvent, <-chan struct{}) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return p.events[i:], p.changed
+	}), nil
 }
 
 func (f *FakeSandboxes) Wait(ctx context.Context, id string, pid int) (api.ProcessExit, error) {
@@ -686,3 +664,34 @@ func (pipeAddr) Network() string { return "pipe" }
 func (pipeAddr) String() string  { return "pipe" }
 
 var _ api.Sandboxes = (*FakeSandboxes)(nil)
+
+// FollowEvents is a fake's Events: it replays a process's events from the
+// first, then follows them live, until End or ctx ends. since returns the
+// events from index i on and a channel closed at the next event (read
+// under the fake's lock).
+func FollowEvents(ctx context.Context, since func(i int) ([]api.ProcessEvent, <-chan struct{})) <-chan api.ProcessEvent {
+	ch := make(chan api.ProcessEvent)
+	go func() {
+		defer close(ch)
+		for i := 0; ; {
+			evs, changed := since(i)
+			for _, ev := range evs {
+				select {
+				case ch <- ev:
+				case <-ctx.Done():
+					return
+				}
+				i++
+				if ev.End != nil {
+					return
+				}
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch
+}

@@ -23,7 +23,10 @@ const { createRequire } = require('module');
 
 const CMD_FD = 3;
 const REPLY_FD = 4;
-const WORK = '/work';
+// The directory cells work in: a kernel's own sandbox has /work; a kernel
+// in a live sandbox (package interp) names the context's directory.
+const WORK = process.env.SANDCELL_KERNEL_WORK || '/work';
+delete process.env.SANDCELL_KERNEL_WORK;
 const DRIVER = __filename;
 const MAX_VALUE = 1 << 20;
 const MAX_TRACEBACK = 64 << 10;
@@ -201,12 +204,33 @@ async function runCell(code, cell) {
 
 let count = 0;
 
+// cellEnv sets a cell's own environment variables (cmd.env) and returns
+// what restoreEnv puts back after it.
+function cellEnv(env) {
+  const saved = new Map();
+  if (!env || typeof env !== 'object') return saved;
+  for (const [k, v] of Object.entries(env)) {
+    if (typeof v !== 'string' || !k || k.includes('=') || (k + v).includes('\0')) continue;
+    saved.set(k, Object.prototype.hasOwnProperty.call(process.env, k) ? process.env[k] : undefined);
+    process.env[k] = v;
+  }
+  return saved;
+}
+
+function restoreEnv(saved) {
+  for (const [k, v] of saved) {
+    if (v === undefined) delete process.env[k];
+    else process.env[k] = v;
+  }
+}
+
 async function handle(cmd) {
   count += 1;
   state.cmd = cmd;
   state.display = [];
   state.images = 0;
   const reply = { id: cmd.id, status: 'ok', execution_count: count };
+  const saved = cellEnv(cmd.env);
   try {
     state.running = true;
     const value = await runCell(String(cmd.code || ''), Number(cmd.cell) || count);
@@ -223,6 +247,7 @@ async function handle(cmd) {
   } finally {
     state.running = false;
     state.interrupt = null;
+    restoreEnv(saved);
   }
   if (state.display.length) reply.display = state.display;
   const mark = Buffer.from(String(cmd.mark || ''), 'latin1');

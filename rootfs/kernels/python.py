@@ -6,7 +6,10 @@ namespace, the way a notebook does. The protocol (oci/kernel_linux.go):
 
   fd 3  commands from the server, one JSON object per line:
         {"op": "run", "id": N, "code": "...", "mark": "...", "cell": C,
-         "outputs": "outputs", "max_pixels": P, "max_value": V}
+         "outputs": "outputs", "max_pixels": P, "max_value": V,
+         "env": {"K": "V"}, "html": true}
+        (env: optional, set for that cell only; html: optional, the value's
+        _repr_html_ as "value_html" in the reply)
   fd 4  replies to the server, one JSON object per line: first
         {"ready": true, ...}, then one reply per command.
   fd 1, fd 2  the cells' output, read live by the server; after each cell
@@ -32,7 +35,10 @@ import types
 _CMD_FD, _REPLY_FD = 3, 4
 _DRIVER = os.path.abspath(__file__)
 _DRIVER_DIR = os.path.dirname(_DRIVER)
-_WORK = "/work"
+# The directory cells work in (their cwd, sys.path[0], where outputs go):
+# a kernel's own sandbox has /work; a kernel in a live sandbox (package
+# interp) names the context's directory.
+_WORK = os.environ.pop("SANDCELL_KERNEL_WORK", None) or "/work"
 _MAX_TRACEBACK = 64 << 10
 _MAX_VALUE_SENT = 1 << 20  # the server shapes what it shows (head and tail)
 _MAX_DISPLAY = 32  # display items per cell
@@ -347,6 +353,19 @@ def _value(v):
     return text[:_MAX_VALUE_SENT]
 
 
+def _html(v):
+    """The value's HTML (a data frame's table), when the command asks for
+    it (E2B's results carry it) and the value's type has _repr_html_."""
+    f = getattr(type(v), "_repr_html_", None)
+    if not callable(f):
+        return None
+    try:
+        h = f(v)
+    except Exception:
+        return None
+    return h[:_MAX_VALUE_SENT] if isinstance(h, str) else None
+
+
 def _configure_pandas():
     pd = sys.modules.get("pandas")
     if pd is None or getattr(_configure_pandas, "done", False):
@@ -358,6 +377,26 @@ def _configure_pandas():
     except Exception:
         pass
     _configure_pandas.done = True
+
+
+def _cell_env(env):
+    """Sets a cell's own environment variables; returns what to restore."""
+    saved = {}
+    if not isinstance(env, dict):
+        return saved
+    for k, v in env.items():
+        if isinstance(k, str) and isinstance(v, str) and k and "=" not in k and "\0" not in k + v:
+            saved[k] = os.environ.get(k)
+            os.environ[k] = v
+    return saved
+
+
+def _restore_env(saved):
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def _serve(ns):
@@ -377,12 +416,14 @@ def _serve(ns):
         _state.cmd, _state.display, _state.shown, _state.figures = cmd, [], set(), 0
         reply = {"id": cmd.get("id"), "status": "ok", "execution_count": count}
         code = cmd.get("code") or ""
+        saved = _cell_env(cmd.get("env"))
         try:
             _state.running = True
             try:
                 value, has = _run(ns, code, int(cmd.get("cell") or count))
             finally:
                 _state.running = False
+                _restore_env(saved)
             if has and value is not None:
                 builtins._ = value
                 ns["_"] = value
@@ -391,6 +432,10 @@ def _serve(ns):
                 if text is not None:
                     reply["value"] = text
                     reply["value_type"] = _type_name(value) if not isinstance(value, type) else "type"
+                    if cmd.get("html"):
+                        html = _html(value)
+                        if html is not None:
+                            reply["value_html"] = html
         except BaseException as e:  # noqa: B902 - the cell's, whatever it is
             _state.running = False
             sys.last_type, sys.last_value, sys.last_traceback = type(e), e, e.__traceback__
