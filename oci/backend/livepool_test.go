@@ -424,7 +424,7 @@ func TestLivePoolForgets(t *testing.T) {
 	e := newTestEnv(t)
 	req, opts := livePoolReq(t)
 	dir := filepath.Join(t.TempDir(), "pool")
-	p, err := backend.NewLivePool(e.rt, backend.LivePoolConfig{Size: 1, Dir: dir, Idle: 2 * time.Second, MaxKinds: 1})
+	p, err := backend.NewLivePool(e.rt, backend.LivePoolConfig{Size: 1, Dir: dir, Idle: 3 * time.Second, MaxKinds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,10 +36,13 @@ else
 	cache=${SANDCELL_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sandcell-vm}
 fi
 # Modules the guest loads, in dependency order: virtio-pci and 9p over virtio
-# (all modules in Debian's kernel), and overlay for `sandcell doctor`.
+# (all modules in Debian's kernel), overlay for `sandcell doctor`, ext4 and
+# loop for the live sandboxes' disks (crc32c first: ext4 and jbd2 look it up
+# by name, and the guest has no modprobe), tun for the network policy.
 MODULES="drivers/virtio/virtio_ring drivers/virtio/virtio drivers/virtio/virtio_pci_legacy_dev
 drivers/virtio/virtio_pci_modern_dev drivers/virtio/virtio_pci net/9p/9pnet net/9p/9pnet_virtio
-fs/netfs/netfs fs/fscache/fscache fs/9p/9p fs/overlayfs/overlay"
+fs/netfs/netfs fs/fscache/fscache fs/9p/9p fs/overlayfs/overlay
+crypto/crc32c_generic lib/crc16 fs/mbcache fs/jbd2/jbd2 fs/ext4/ext4 drivers/block/loop drivers/net/tun"
 
 started=$SECONDS
 say() { printf '[vm %3ds] %s\n' $((SECONDS - started)) "$*"; }
@@ -51,9 +54,10 @@ mkdir -p "$cache"
 exec 9>"$cache/lock"
 flock -w 900 9 || die "another VM lane holds $cache/lock"
 
-# 1. Host packages: qemu, cpio, busybox (static, for the guest).
+# 1. Host packages: qemu, cpio, busybox (static, for the guest), e2fsprogs
+# (its binaries are shared in for the live sandboxes' disks).
 missing=
-for p in qemu-system-x86 cpio busybox-static; do
+for p in qemu-system-x86 cpio busybox-static e2fsprogs; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed' || missing="$missing $p"
 done
 if [ -n "$missing" ]; then
@@ -72,7 +76,8 @@ if [ -z "$kver" ] || [ "$kver" = "(none)" ]; then
 	[ -n "$KERNEL_PKG" ] || die "no linux-image-6.1.0-N-amd64 package in apt"
 	kver=$(candidate "$KERNEL_PKG")
 fi
-kdir="$cache/kernel/${KERNEL_PKG}_$kver"
+# The modules extracted are part of the key: a changed list extracts again.
+kdir="$cache/kernel/${KERNEL_PKG}_${kver}_$(echo "$MODULES" | sha256sum | cut -c1-8)"
 if [ ! -f "$kdir/ok" ]; then
 	say "downloading $KERNEL_PKG $kver"
 	rm -rf "$cache/kernel" "$cache/debs"
@@ -137,6 +142,21 @@ for src in "$repo"/testdata/probes/*.c; do
 	gcc -static -O2 -o "$bin/probes/$(basename "$src" .c)" "$src"
 done
 install -m 755 "$here/guest/gcc" "$bin/gcc"
+# e2fsprogs for the live sandboxes' disks (mkfs.ext4, e2fsck, resize2fs):
+# the host's dynamic binaries with their libraries and loader, run through
+# the loader by wrappers (the guest's userland is busybox, static).
+mkdir -p "$bin/e2fs"
+for b in mke2fs e2fsck resize2fs; do
+	p=$(command -v "$b") || die "$b not found: apt-get install e2fsprogs"
+	cp "$p" "$bin/e2fs/$b"
+	ldd "$p" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | while read -r lib; do cp -L "$lib" "$bin/e2fs/"; done
+done
+cp /etc/mke2fs.conf "$bin/e2fs/mke2fs.conf"
+for w in mkfs.ext4:mke2fs e2fsck:e2fsck resize2fs:resize2fs; do
+	printf '#!/bin/sh\nexport MKE2FS_CONFIG=/vmbin/e2fs/mke2fs.conf\nexec /vmbin/e2fs/ld-linux-x86-64.so.2 --library-path /vmbin/e2fs --argv0 %s /vmbin/e2fs/%s "$@"\n' \
+		"${w%%:*}" "${w#*:}" >"$bin/${w%%:*}"
+	chmod 755 "$bin/${w%%:*}"
+done
 # runsc for oci's gvisor subtests, when the host has it (Debian's is static).
 if r=$(command -v runsc) && ! ldd "$r" >/dev/null 2>&1; then
 	cp "$r" "$bin/runsc"

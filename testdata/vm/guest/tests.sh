@@ -45,7 +45,10 @@ summary=$out/summary.txt
 #                 refill it waits for never comes; the pool's logic is not
 #                 cgroup-version specific and runs on the host in CI (the
 #                 other pool tests run here).
-OCI_EXCLUDE='TestTimeouts TestCancel TestPoolShrinksAndRefills'
+#   TestLivePoolForgets  the same for the live sandboxes' pool: its kind is
+#                 forgotten after 3 s unasked, and under TCG a prepared live
+#                 sandbox (mkfs, loop, overlay, container) can take longer.
+OCI_EXCLUDE='TestTimeouts TestCancel TestPoolShrinksAndRefills TestLivePoolForgets'
 OCI_SKIP='/gvisor'
 [ -f "$out/selection.env" ] && . "$out/selection.env"
 [ -n "${SANDCELL_VM_SKIP:-}" ] && OCI_SKIP=$SANDCELL_VM_SKIP
