@@ -184,7 +184,16 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 				return env.fail(errors.New("--e2b: this server holds no live sandboxes (issue #39)"))
 			}
 			k := e2bKernels(sb, env.log)
-			e2bh, err := mountE2B(root, sb, k, sc, env.log)
+			store := svc.exec.LayerStore
+			tmpl := e2bTemplates(func(lang string) bool {
+				l, err := rootfs.Lookup(lang)
+				if err != nil || store == nil {
+					return false
+				}
+				ok, err := store.Built(l)
+				return err == nil && ok
+			}, env.log)
+			e2bh, err := mountE2B(root, sb, k, tmpl, sc, env.log)
 			if err != nil {
 				return env.fail(err)
 			}

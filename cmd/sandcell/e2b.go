@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -20,13 +21,14 @@ import (
 // its paths (/sandboxes, /v2/sandboxes, templates) and its data plane
 // (marked by E2b-Sandbox-Id) collide with none of sandcell's (/mcp,
 // /api/v2, /submissions, /run_code...). sb is the service's live
-// sandboxes; k its kernels for the code interpreter (nil: none).
-func mountE2B(next http.Handler, sb api.Sandboxes, k e2b.Kernels, sc config.Serve, log *slog.Logger) (http.Handler, error) {
+// sandboxes; k its kernels for the code interpreter (nil: none); tmpl maps
+// E2B's template names (nil: e2b.DefaultTemplates).
+func mountE2B(next http.Handler, sb api.Sandboxes, k e2b.Kernels, tmpl map[string]api.SandboxSpec, sc config.Serve, log *slog.Logger) (http.Handler, error) {
 	keys, err := e2b.LoadKeys(sc.E2BKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("--e2b-key-file: %w", err)
 	}
-	h, err := e2b.New(e2b.Options{Sandboxes: sb, Kernels: k, APIKeys: keys, Domain: sc.E2BDomain, Node: sc.E2BNode, Logger: log})
+	h, err := e2b.New(e2b.Options{Sandboxes: sb, Kernels: k, Templates: tmpl, APIKeys: keys, Domain: sc.E2BDomain, Node: sc.E2BNode, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("--e2b: %w", err)
 	}
@@ -109,4 +111,27 @@ func outputOf(ev interp.Event) e2b.Output {
 		return e2b.Output{Type: e2b.OutputError, Name: ev.Error.Name, Value: ev.Error.Value, Traceback: ev.Error.Traceback}
 	}
 	return e2b.Output{Type: e2b.OutputExecutions, ExecutionCount: ev.ExecutionCount}
+}
+
+// e2bWorkbench is the language E2B's templates map to when it is built:
+// bash with git, node, curl and python with numpy, pandas and matplotlib,
+// what E2B's base and code-interpreter-v1 hold.
+const e2bWorkbench = "workbench"
+
+// e2bTemplates maps E2B's templates base and code-interpreter-v1 to the
+// workbench language when its layers are built (E2B users run python3,
+// node and git in a sandbox of either, and the code interpreter's
+// javascript context needs node beside python's data stack); else to
+// e2b.DefaultTemplates (base the default root, code-interpreter-v1
+// python-data), saying how to get the workbench.
+func e2bTemplates(built func(lang string) bool, log *slog.Logger) map[string]api.SandboxSpec {
+	t := e2b.DefaultTemplates()
+	if !built(e2bWorkbench) {
+		log.Info("E2B's templates base and code-interpreter-v1 lack git and node here: build them with `sandcell rootfs build workbench`",
+			"base", cmp.Or(t["base"].Language, "the default root"), "code-interpreter-v1", t["code-interpreter-v1"].Language)
+		return t
+	}
+	t["base"] = api.SandboxSpec{Language: e2bWorkbench}
+	t["code-interpreter-v1"] = api.SandboxSpec{Language: e2bWorkbench}
+	return t
 }

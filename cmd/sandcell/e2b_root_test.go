@@ -101,6 +101,9 @@ func TestE2BSDKOnRealSandboxes(t *testing.T) {
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base,
 		"E2B_API_KEY="+key, "E2B_DOMAIN=", "E2B_DEBUG=", "SDK_ONLY="+strings.Join(scenarios, ","),
 		"SDK_PORT_TEXT="+text,
-		"SDK_PORT_CMD=mkdir -p /tmp/www && printf '"+text+"' > /tmp/www/index.html && httpd -f -p 3000 -h /tmp/www")
+		"SDK_PORT_CMD=mkdir -p /tmp/www && printf '"+text+"' > /tmp/www/index.html && cd /tmp/www && "+
+			// base is the workbench (python) where it is built, else the
+			// busybox root (httpd).
+			"if command -v python3 >/dev/null; then exec python3 -m http.server 3000; else exec httpd -f -p 3000 -h /tmp/www; fi")
 	testutil.RunScenarios(t, cmd, scenarios)
 }

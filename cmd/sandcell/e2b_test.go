@@ -35,7 +35,7 @@ func TestMountE2B(t *testing.T) {
 	kf := filepath.Join(t.TempDir(), "keys")
 	os.WriteFile(kf, []byte(key+"\n"), 0o600)
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "sandcell") })
-	h, err := mountE2B(next, noSandboxes{}, nil, config.Serve{E2B: true, HTTP: ":0", E2BKeyFile: kf}, slog.New(slog.DiscardHandler))
+	h, err := mountE2B(next, noSandboxes{}, nil, nil, config.Serve{E2B: true, HTTP: ":0", E2BKeyFile: kf}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestMountE2B(t *testing.T) {
 	}
 
 	os.WriteFile(kf, []byte("not a key\n"), 0o600)
-	if _, err := mountE2B(next, noSandboxes{}, nil, config.Serve{E2BKeyFile: kf}, slog.New(slog.DiscardHandler)); err == nil {
+	if _, err := mountE2B(next, noSandboxes{}, nil, nil, config.Serve{E2BKeyFile: kf}, slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("a bad key file was taken")
 	}
 	if err := (&config.Serve{E2B: true, HTTP: ":8080"}).Validate(); err == nil {
@@ -100,5 +100,19 @@ func TestE2BOutputOfCellEvents(t *testing.T) {
 		if got := outputOf(c.ev); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%+v: %+v (result %+v), want %+v (result %+v)", c.ev, got, got.Result, c.want, c.want.Result)
 		}
+	}
+}
+
+// TestE2BTemplates: E2B's base and code-interpreter-v1 are the workbench
+// (git, node, python's data stack) when it is built, else the defaults.
+func TestE2BTemplates(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	got := e2bTemplates(func(l string) bool { return l == e2bWorkbench }, log)
+	if got["base"].Language != e2bWorkbench || got["code-interpreter-v1"].Language != e2bWorkbench {
+		t.Errorf("with the workbench built: %+v", got)
+	}
+	got = e2bTemplates(func(string) bool { return false }, log)
+	if want := e2b.DefaultTemplates(); got["base"].Language != want["base"].Language || got["code-interpreter-v1"].Language != want["code-interpreter-v1"].Language {
+		t.Errorf("without it: %+v, want %+v", got, want)
 	}
 }
