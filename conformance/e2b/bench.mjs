@@ -9,6 +9,9 @@
 // each round also does the same steps through sandcell's own API
 // (POST /v1/sandboxes, POST .../processes?wait=true, DELETE), alternating
 // with the SDK's so that both see the same load: the api_* fields.
+// SDK_BENCH_API_LANGUAGE is the language of the API's sandboxes, the one
+// the E2B template maps to (e.g. workbench for base; default: the server's
+// default root).
 import { Sandbox } from 'e2b'
 
 const n = +(process.env.SDK_BENCH_N || 100)
@@ -17,12 +20,13 @@ const creates = +(process.env.SDK_BENCH_CREATES || 200)
 const template = process.env.SDK_BENCH_TEMPLATE || 'base'
 const first = process.env.SDK_BENCH_CMD || 'node -v'
 const own = process.env.SANDCELL_URL
+const apiSpec = JSON.stringify(process.env.SDK_BENCH_API_LANGUAGE ? { language: process.env.SDK_BENCH_API_LANGUAGE } : {})
 
 // apiRound: create, run first to its end, through sandcell's own API; the
 // time to the command's end, then the kill (not timed, as the SDK's).
 async function apiRound() {
   const t0 = performance.now()
-  const c = await fetch(`${own}/v1/sandboxes`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })
+  const c = await fetch(`${own}/v1/sandboxes`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: apiSpec })
   const sb = await c.json()
   if (c.status !== 201) throw new Error(`create: ${c.status} ${JSON.stringify(sb)}`)
   const r = await fetch(`${own}/v1/sandboxes/${sb.sandbox_id}/processes?wait=true`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ shell: first }) })

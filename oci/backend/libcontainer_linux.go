@@ -623,6 +623,15 @@ func (r *Libcontainer) libcontainerConfig(id string, spec *specs.Spec) (*configs
 	if err != nil {
 		return nil, fmt.Errorf("%w: convert spec: %w", oci.ErrRuntime, err)
 	}
+	// No session keyring of the container's own when its filter denies
+	// every keyring syscall: runc's init makes one per container so that a
+	// container cannot reach its parent's keys through keyctl, which the
+	// filter already refuses, and each is charged to the key quota of the
+	// container's host uid (kernel.keys.maxkeys, 200), which every sandbox
+	// shares (issue #37): live sandboxes, which hold theirs for their
+	// life, were refused past about 100 ("unable to create session key:
+	// disk quota exceeded").
+	config.NoNewKeyring = deniesKeyrings(filter)
 	if shared {
 		r.seccompOnce.Do(func() { r.seccompCfg, r.seccompErr = specconv.SetupSeccomp(filter) })
 		if r.seccompErr != nil {
@@ -789,4 +798,46 @@ func toRlimits(in []specs.POSIXRlimit) ([]configs.Rlimit, error) {
 		out = append(out, configs.Rlimit{Type: t, Hard: l.Hard, Soft: l.Soft})
 	}
 	return out, nil
+}
+
+// deniesKeyrings says that filter refuses add_key, keyctl and
+// request_key whatever their arguments.
+func deniesKeyrings(filter *specs.LinuxSeccomp) bool {
+	if filter == nil {
+		return false
+	}
+	denied := map[string]bool{}
+	for _, sc := range filter.Syscalls {
+		if len(sc.Args) != 0 || sc.Action == specs.ActAllow || sc.Action == specs.ActLog || sc.Action == specs.ActNotify || sc.Action == specs.ActTrace {
+			continue
+		}
+		for _, n := range sc.Names {
+			denied[n] = true
+		}
+	}
+	for _, sc := range filter.Syscalls {
+		// An allow rule for the name (with arguments or not) may let some
+		// call through.
+		if sc.Action == specs.ActAllow {
+			for _, n := range sc.Names {
+				if n == "add_key" || n == "keyctl" || n == "request_key" {
+					return false
+				}
+			}
+		}
+	}
+	return denied["add_key"] && denied["keyctl"] && denied["request_key"] ||
+		filter.DefaultAction != specs.ActAllow && filter.DefaultAction != specs.ActLog && !mentionsKeyrings(filter)
+}
+
+// mentionsKeyrings says that some rule of filter names a keyring syscall.
+func mentionsKeyrings(filter *specs.LinuxSeccomp) bool {
+	for _, sc := range filter.Syscalls {
+		for _, n := range sc.Names {
+			if n == "add_key" || n == "keyctl" || n == "request_key" {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -611,5 +612,43 @@ func TestLiveWorkspace(t *testing.T) {
 	ex, o := runLive(t, s, oci.ProcSpec{Args: []string{"/bin/sh", "-c", "tty; id -u"}, Cwd: "/", PTY: &api.PTYSize{Cols: 80, Rows: 24}})
 	if ex.ExitCode != 0 || !regexp.MustCompile(`^/dev/pts/\d+\r?\n0\r?\n$`).MatchString(o.get(api.StreamPTY)) {
 		t.Errorf("root's terminal: %+v %q", ex, o.get(api.StreamPTY))
+	}
+}
+
+// keysHeld is every user's count of keys (/proc/key-users' qnkeys: what
+// kernel.keys.maxkeys bounds).
+func keysHeld(t testing.TB) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/key-users")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 {
+			continue
+		}
+		var q, max int
+		if _, err := fmt.Sscanf(f[3], "%d/%d", &q, &max); err == nil {
+			n += q
+		}
+	}
+	return n
+}
+
+// TestLiveNoKeyringEach: live sandboxes hold no session keyring each (the
+// filter denies every keyring syscall, so one buys nothing): each was
+// charged to the key quota of the host uid all sandboxes share (200 keys),
+// which refused sandboxes past about 100.
+func TestLiveNoKeyringEach(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := newTestEnv(t)
+	before := keysHeld(t)
+	for range 5 {
+		e.startLive(t, "", 0)
+	}
+	if n := keysHeld(t) - before; n >= 5 {
+		t.Errorf("5 live sandboxes hold %d more keys, want none of their own", n)
 	}
 }
