@@ -202,7 +202,7 @@ func (s *Set) openLibcontainer(mode limits.Mode) error {
 	if s.cfg.Rootless {
 		uidBase = 0 // the namespace has one id: the user's
 	}
-	rt, err := backend.NewLibcontainer(backend.LibcontainerConfig{
+	lc := backend.LibcontainerConfig{
 		StateDir:   s.cfg.StateDir,
 		UIDBase:    uidBase,
 		Seccomp:    s.filter,
@@ -211,7 +211,11 @@ func (s *Set) openLibcontainer(mode limits.Mode) error {
 		CgroupMode: mode,
 		Logger:     s.log,
 		ForkServer: s.cfg.ForkServer,
-	})
+	}
+	if s.cfg.LivePoolDir != "" && !s.cfg.Rootless && s.cfg.PoolSize > 0 {
+		lc.LivePoolDir = s.cfg.LivePoolDir
+	}
+	rt, err := backend.NewLibcontainer(lc)
 	s.rt = rt
 	return err
 }

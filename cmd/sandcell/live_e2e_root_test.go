@@ -371,8 +371,32 @@ func TestLiveSandboxLifetime(t *testing.T) {
 // dir and no loop device on the sandbox's disk; a new server re-creates
 // the sandbox on its files (same id) and says its processes are gone.
 func TestLiveSandboxKillNine(t *testing.T) {
+	poolDir := filepath.Join(layerHome(), "sandboxes-pool")
+	before := map[string]bool{}
+	ents, _ := os.ReadDir(poolDir)
+	for _, e := range ents {
+		before[e.Name()] = true
+	}
+	// The warm pool's disks that this server made (another's left by a
+	// kill of before are not its).
+	newPoolDisks := func() []string {
+		var l []string
+		ents, _ := os.ReadDir(poolDir)
+		for _, e := range ents {
+			if !before[e.Name()] {
+				l = append(l, e.Name())
+			}
+		}
+		return l
+	}
 	s := startLiveServer(t)
 	a := s.create(api.SandboxSpec{Template: "python", LifetimeMS: 600_000})
+	// The pool prepares the kind just asked for: a disk to leave behind.
+	for deadline := time.Now().Add(30 * time.Second); len(newPoolDisks()) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the warm pool prepared no live sandbox in 30 s")
+		}
+	}
 	s.sh(a.ID, "echo survived > note.txt")
 	s.must(http.StatusCreated, "POST", "/"+a.ID+"/processes", api.ProcessSpec{Shell: "sleep 600"}, nil)
 	if len(s.procs()) == 0 || len(runCgroups(s.h.parent)) == 0 {
@@ -397,6 +421,9 @@ func TestLiveSandboxKillNine(t *testing.T) {
 		}
 		for _, d := range loopsOn(sbDir) {
 			l = append(l, "loop "+d)
+		}
+		for _, d := range newPoolDisks() {
+			l = append(l, "pool disk "+d)
 		}
 		return l
 	}

@@ -56,6 +56,10 @@ type LibcontainerConfig struct {
 	// this binary, wherever the config allows: the same config, a few
 	// milliseconds instead of tens.
 	ForkServer bool
+	// LivePoolDir is where the instance's warm pool of live sandboxes
+	// keeps its disks (LivePoolConfig.Dir), if it has one: the reaper
+	// removes the instance's entries there when the server dies.
+	LivePoolDir string
 }
 
 // Libcontainer runs each request in a fresh container through runc's

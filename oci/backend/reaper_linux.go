@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -50,6 +51,9 @@ type reaperPlan struct {
 	StateDir string             `json:"state_dir"` // every instance's (the cfg's)
 	Instance string             `json:"instance"`
 	Cgroups  *limits.ParentSpec `json:"cgroups,omitempty"`
+	// LivePoolDir holds the instance's prepared live sandboxes' disks
+	// (<instance>-pool-N), removed with the instance.
+	LivePoolDir string `json:"live_pool_dir,omitempty"`
 }
 
 // reaper is the server's side of an instance's reaper.
@@ -61,7 +65,7 @@ type reaper struct {
 // startReaper starts the instance's reaper; nil and an error if it could
 // not (the instance then waits for the next start's Recover, as before).
 func (r *Libcontainer) startReaper() (*reaper, error) {
-	plan := reaperPlan{StateDir: r.cfg.StateDir, Instance: r.instance}
+	plan := reaperPlan{StateDir: r.cfg.StateDir, Instance: r.instance, LivePoolDir: r.cfg.LivePoolDir}
 	if r.cfg.Cgroups != nil {
 		s := r.cfg.Cgroups.Spec()
 		plan.Cgroups = &s
@@ -190,6 +194,18 @@ func reapInstance(plan reaperPlan, log *slog.Logger) error {
 	r := &Libcontainer{log: log}
 	if _, err := r.removeInstance(dir); err != nil {
 		errs = append(errs, err)
+	}
+	// The warm pool's disks (their mounts went with the instance's
+	// directory above).
+	if plan.LivePoolDir != "" {
+		ents, _ := os.ReadDir(plan.LivePoolDir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), plan.Instance+"-pool-") {
+				if err := os.RemoveAll(filepath.Join(plan.LivePoolDir, e.Name())); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
 	}
 	// Containers destroyed above may have left a cgroup libcontainer
 	// made in another hierarchy.
