@@ -17,9 +17,10 @@ LAYER_DIR ?= /var/lib/sandcell
 # Debian packages the build, the layers and the tests need (slurm*, munge:
 # the Slurm recipe's test starts a single-node cluster of its own; lintian:
 # the Debian package's test; python3-httpx: the official Judge0 Python SDK's
-# HTTP client, conformance/judge0_sdk_test.go).
+# HTTP client, conformance/judge0_sdk_test.go; nginx: the stock proxy in front
+# of two E2B instances, e2b's TestTwoNodesBehindNginx, which runs its own).
 APT_PKGS  := gcc libc6-dev libseccomp-dev mmdebstrap busybox-static runc runsc bubblewrap \
-	slurmctld slurmd slurm-client munge lintian python3-httpx
+	slurmctld slurmd slurm-client munge lintian python3-httpx nginx
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -204,3 +205,83 @@ func BenchmarkSDKPath(b *testing.B) {
 	b.ReportMetric(r.P99, "tti-p99-ms")
 	b.ReportMetric(r.CreatesPerS, "creates/s")
 }
+
+// TestTwoNodesBehindNginx: the same as TestTwoNodesBehindOneProxy through
+// nginx itself (Debian's, which `make test` installs), configured with
+// docs/e2b.md's rules (testdata/nginx.conf): a stock proxy routes every
+// call after create to the instance holding the sandbox with no code of
+// ours, and creates land on both.
+func TestTwoNodesBehindNginx(t *testing.T) {
+	node, dir := sdkNode(t)
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		if bin = "/usr/sbin/nginx"; !fileExists(bin) {
+			testutil.Require(t, os.Getenv("CI") != "true", "nginx is missing: make test installs it")
+			t.Skip("nginx is not installed (apt-get install nginx)")
+		}
+	}
+	var mu sync.Mutex
+	hits := map[string]int{}
+	addr := map[string]string{}
+	for _, n := range []string{"na", "nb"} {
+		h := sdkHandler(t, n)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			hits[n]++
+			mu.Unlock()
+			h.ServeHTTP(w, r)
+		}))
+		defer srv.Close()
+		addr[n] = srv.Listener.Addr().String()
+	}
+	prefix := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := l.Addr().String()
+	l.Close()
+	tmpl, err := os.ReadFile("testdata/nginx.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.NewReplacer("{{PREFIX}}", prefix, "{{NA}}", addr["na"], "{{NB}}", addr["nb"], "{{LISTEN}}", listen).Replace(string(tmpl))
+	if err := os.WriteFile(filepath.Join(prefix, "nginx.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", prefix, "-c", filepath.Join(prefix, "nginx.conf"), "-e", filepath.Join(prefix, "error.log"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", listen); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(prefix, "error.log"))
+			t.Fatalf("nginx did not listen on %s: %s %s", listen, out.String(), log)
+		}
+	}
+	only := slices.DeleteFunc(slices.Clone(sdkScenarios), func(s string) bool { return s == "files" || s == "list" })
+	for range 2 {
+		runSDK(t, node, dir, "http://"+listen, only)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if hits["na"] < 10 || hits["nb"] < 10 {
+		t.Errorf("requests per node %v: both should hold sandboxes", hits)
+	}
+	if t.Failed() {
+		log, _ := os.ReadFile(filepath.Join(prefix, "error.log"))
+		t.Logf("nginx's error log:\n%s", log)
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
