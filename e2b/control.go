@@ -162,8 +162,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if req.Network != nil || req.AllowInternetAccess != nil {
-		spec.Network = network // else the template's
+	if req.Network != nil || req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
+		spec.Network = network // else the template's (allow_internet_access true is E2B's default)
 	}
 	spec.LifetimeMS = defaultTimeout.Milliseconds()
 	if req.Timeout != nil {

@@ -344,6 +344,10 @@ func TestCreateNetwork(t *testing.T) {
 		{map[string]any{"allow_internet_access": false, "network": map[string]any{"allowOut": []string{"git.test"}}}, []string{"git.test"}},
 		{map[string]any{"network": map[string]any{"denyOut": []string{"0.0.0.0/0"}}}, nil},
 		{map[string]any{"allow_internet_access": false}, nil},
+		// E2B's default, sent on every create by the Python SDK and the
+		// JS SDK up to 2.45: the template's policy (base has none).
+		{map[string]any{"allow_internet_access": true}, nil},
+		{map[string]any{"allow_internet_access": true, "network": map[string]any{"allowOut": []string{"git.test"}, "denyOut": []string{"0.0.0.0/0"}}}, []string{"git.test"}},
 		{map[string]any{"network": map[string]any{"allowPublicTraffic": false}}, nil},
 		{map[string]any{}, nil},
 	} {
@@ -367,7 +371,6 @@ func TestCreateNetwork(t *testing.T) {
 		{map[string]any{"network": map[string]any{"allowOut": []string{"8.8.8.8"}, "denyOut": []string{"0.0.0.0/0"}}}, "by name only"},
 		{map[string]any{"network": map[string]any{"allowOut": []string{"10.0.0.0/8"}, "denyOut": []string{"0.0.0.0/0"}}}, "by name only"},
 		{map[string]any{"network": map[string]any{"denyOut": []string{"evil.test"}}}, "domain names are not supported for deny rules"},
-		{map[string]any{"allow_internet_access": true}, "allow_internet_access true is not supported"},
 		{map[string]any{"network": map[string]any{"allowPublicTraffic": true}}, "allowPublicTraffic true is not supported"},
 		{map[string]any{"network": map[string]any{"egressProxy": map[string]any{"address": "p:1080"}}}, "network.egressProxy is not supported"},
 		{map[string]any{"network": map[string]any{"rules": map[string]any{"a.test": []any{}}}}, "network.rules is not supported"},
@@ -440,6 +443,34 @@ func TestListPages(t *testing.T) {
 		resp, b := e.api("GET", "/v2/sandboxes?"+q, nil)
 		if resp.StatusCode != 400 || !strings.Contains(string(b), strings.SplitN(q, "=", 2)[0]) {
 			t.Errorf("%s: %d %s, want 400 naming the parameter", q, resp.StatusCode, b)
+		}
+	}
+}
+
+// TestCreateInternetKeepsTemplatePolicy: allow_internet_access true (E2B's
+// default, which SDKs send unasked) keeps the template's own policy;
+// false takes it away.
+func TestCreateInternetKeepsTemplatePolicy(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.Templates = map[string]api.SandboxSpec{"netted": {Language: "python", Network: &api.Network{Allow: []string{"pypi.test"}}}}
+	})
+	for _, c := range []struct {
+		internet bool
+		want     []string
+	}{{true, []string{"pypi.test"}}, {false, nil}} {
+		before := len(e.sb.specs)
+		resp, b := e.api("POST", "/sandboxes", map[string]any{"templateID": "netted", "allow_internet_access": c.internet})
+		if resp.StatusCode != 201 || len(e.sb.specs) != before+1 {
+			t.Fatalf("internet %v: %d %s", c.internet, resp.StatusCode, b)
+		}
+		n := e.sb.specs[before].Network
+		if got := []string(nil); n != nil {
+			got = n.Allow
+			if !slices.Equal(got, c.want) {
+				t.Errorf("internet %v: policy %v, want %v", c.internet, got, c.want)
+			}
+		} else if c.want != nil {
+			t.Errorf("internet %v: no policy, want %v", c.internet, c.want)
 		}
 	}
 }

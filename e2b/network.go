@@ -23,8 +23,12 @@ import (
 //     allowOut only narrows E2B's default of all traffic when denyOut
 //     holds all of it (ALL_TRAFFIC, 0.0.0.0/0) or allow_internet_access
 //     is false, so allowOut without either (all traffic in E2B) is
-//     refused: sandcell never gives unrestricted egress, and neither does
-//     allow_internet_access true;
+//     refused: sandcell never gives unrestricted egress;
+//   - allow_internet_access true is E2B's default, and SDKs send it on
+//     every create unless told otherwise (the Python SDK always, the JS
+//     SDK up to 2.45): it keeps the template's own policy (none unless the
+//     operator gave the template one), as no option does; refusing it
+//     refused every create of those SDKs;
 //   - allowPublicTraffic must say what the server does with sandbox URLs
 //     (Options.PublicPorts): it is the operator's, not a sandbox's;
 //   - the rest (egressProxy, rules' transforms, maskRequestHost,
@@ -52,7 +56,7 @@ const allTraffic = "0.0.0.0/0"
 // network); an error says what cannot map, for a 400.
 func (h *Handler) networkPolicy(n *networkConfig, internet *bool) (*api.Network, error) {
 	if internet != nil && *internet {
-		return nil, fmt.Errorf("allow_internet_access true is not supported by sandcell's E2B drop-in: a sandbox reaches only the hosts network.allowOut names (with denyOut [%q])", allTraffic)
+		internet = nil // E2B's default: the template's policy
 	}
 	if n == nil {
 		return nil, nil
