@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"runtime"
 	"strings"
 	"time"
 
@@ -350,6 +351,30 @@ func (l *Live) MakeDir(ctx context.Context, id, p string) (bool, error) {
 	return created, err
 }
 
+// creating runs create, and once more as the new file's owner (the
+// thread's fsuid and fsgid: uid and gid on the host) when the kernel
+// refused to make an inode that root would own. A filesystem mounted by
+// the sandbox's own user namespace (its /tmp and /dev/shm tmpfs) holds
+// only inodes whose owner that namespace maps, and the server's root is
+// not one of them: every write into /tmp failed with EOVERFLOW ("value
+// too large for defined data type"). As the owner, the kernel's usual
+// permission checks apply to the creation (the owner's, not root's).
+func creating(uid, gid uint32, create func() error) error {
+	err := create()
+	if !errors.Is(err, unix.EOVERFLOW) {
+		return err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	oldGID, _ := unix.SetfsgidRetGid(int(gid))
+	oldUID, _ := unix.SetfsuidRetUid(int(uid))
+	defer func() {
+		unix.SetfsuidRetUid(oldUID)
+		unix.SetfsgidRetGid(oldGID)
+	}()
+	return create()
+}
+
 // mkdirAll makes p and its missing parents, owned by uid and gid.
 func mkdirAll(root *os.File, p string, uid, gid uint32) (bool, error) {
 	fd, err := openIn(root, p, unix.O_PATH|unix.O_DIRECTORY, 0)
@@ -370,7 +395,7 @@ func mkdirAll(root *os.File, p string, uid, gid uint32) (bool, error) {
 		return false, err
 	}
 	defer unix.Close(dfd)
-	if err := unix.Mkdirat(dfd, name, 0o755); err != nil {
+	if err := creating(uid, gid, func() error { return unix.Mkdirat(dfd, name, 0o755) }); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			return false, nil
 		}
@@ -561,7 +586,11 @@ func (l *Live) WriteFile(ctx context.Context, id, p string, data []byte, user st
 		if _, err := mkdirAll(root, path.Dir(p), uid, gid); err != nil {
 			return err
 		}
-		f, err := openRegular(root, p, unix.O_WRONLY|unix.O_CREAT)
+		var f *os.File
+		err = creating(uid, gid, func() (err error) {
+			f, err = openRegular(root, p, unix.O_WRONLY|unix.O_CREAT)
+			return err
+		})
 		if err != nil {
 			return err
 		}

@@ -503,3 +503,29 @@ func TestLiveSandboxMCP(t *testing.T) {
 }
 
 func apiSpecPython() api.SandboxSpec { return api.SandboxSpec{Template: "python", LifetimeMS: 600_000} }
+
+// TestLiveSandboxFilesInTmp: the file API writes where the sandbox's own
+// mounts are (its /tmp and /dev/shm: tmpfs of its user namespace) as it
+// writes on its disk: every write into /tmp failed with EOVERFLOW, the
+// kernel refusing an inode owned by the server's root there (E2B's git
+// tests write their repositories in /tmp).
+func TestLiveSandboxFilesInTmp(t *testing.T) {
+	s := startLiveServer(t)
+	a := s.create(api.SandboxSpec{Template: "python"})
+	for _, p := range []string{"/tmp/new/dir/a.txt", "/dev/shm/b.txt", "/home/user/c.txt"} {
+		req, _ := http.NewRequest("PUT", s.base+"/v1/sandboxes/"+a.ID+"/files?path="+p, strings.NewReader("in "+p+"\n"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("PUT %s: %d %s", p, resp.StatusCode, b)
+		}
+	}
+	out, errOut, code := s.sh(a.ID, "cat /tmp/new/dir/a.txt /dev/shm/b.txt /home/user/c.txt; stat -c '%U %G' /tmp/new /tmp/new/dir/a.txt")
+	if want := "in /tmp/new/dir/a.txt\nin /dev/shm/b.txt\nin /home/user/c.txt\nuser user\nuser user\n"; code != 0 || out != want {
+		t.Errorf("in the sandbox: exit %d stdout %q stderr %q, want %q", code, out, errOut, want)
+	}
+}
