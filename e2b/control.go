@@ -255,6 +255,16 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	for _, s := range q["state"] {
 		states = append(states, strings.Split(s, ",")...)
 	}
+	// startedAfter (at or after, RFC 3339) and template (the id or name
+	// it was created from), as infra's list takes them.
+	var after time.Time
+	if a := q.Get("startedAfter"); a != "" {
+		if after, err = time.Parse(time.RFC3339Nano, a); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("startedAfter %q: want an RFC 3339 time", a))
+			return
+		}
+	}
+	tmpl := q.Get("template")
 	running := 0
 	var match []api.SandboxInfo
 	for _, info := range all {
@@ -263,6 +273,15 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		if len(states) > 0 && !slices.Contains(states, info.State) {
 			continue
+		}
+		if !after.IsZero() && info.StartedAt.Before(after) {
+			continue
+		}
+		if tmpl != "" {
+			st, _ := h.tokens.get(info.ID)
+			if cmp.Or(st.template, info.Template) != tmpl {
+				continue
+			}
 		}
 		ok := true
 		for k, v := range want {
@@ -301,6 +320,7 @@ const maxListLimit = 100
 type listPage struct {
 	limit int
 	after *cursor
+	asc   bool // order=asc: oldest first
 }
 
 type cursor struct {
@@ -316,6 +336,13 @@ func parsePage(q url.Values) (listPage, error) {
 			return p, fmt.Errorf("limit %q: want a number from 1 to %d", l, maxListLimit)
 		}
 		p.limit = n
+	}
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		p.asc = true
+	default:
+		return p, fmt.Errorf("order %q: want asc or desc", o)
 	}
 	if t := q.Get("nextToken"); t != "" {
 		c, err := decodeCursor(t)
@@ -339,17 +366,23 @@ func (a cursor) before(b cursor) bool {
 // page of them and the token of the next page ("" when this is the last).
 func (p listPage) cut(all []api.SandboxInfo) ([]api.SandboxInfo, string) {
 	key := func(i api.SandboxInfo) cursor { return cursor{i.StartedAt, i.ID} }
+	before := func(a, b cursor) bool {
+		if p.asc {
+			return b.before(a)
+		}
+		return a.before(b)
+	}
 	slices.SortFunc(all, func(a, b api.SandboxInfo) int {
 		switch ka, kb := key(a), key(b); {
-		case ka.before(kb):
+		case before(ka, kb):
 			return -1
-		case kb.before(ka):
+		case before(kb, ka):
 			return 1
 		}
 		return 0
 	})
 	if p.after != nil {
-		i := slices.IndexFunc(all, func(s api.SandboxInfo) bool { return p.after.before(key(s)) })
+		i := slices.IndexFunc(all, func(s api.SandboxInfo) bool { return before(*p.after, key(s)) })
 		if i < 0 {
 			i = len(all)
 		}

@@ -474,3 +474,54 @@ func TestCreateInternetKeepsTemplatePolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestListOrderAfterTemplate: order=asc lists oldest first (and pages
+// so), startedAfter keeps those started at or after it, template those
+// created from it; a bad order or time is a 400 naming it.
+func TestListOrderAfterTemplate(t *testing.T) {
+	e := newEnv(t)
+	var made []sandboxJSON
+	for _, tmpl := range []string{"base", "my-image", "base"} {
+		made = append(made, e.create(tmpl))
+		time.Sleep(2 * time.Millisecond)
+	}
+	ids := func(q string) []string {
+		t.Helper()
+		resp, b := e.api("GET", "/v2/sandboxes?"+q, nil)
+		var l []sandboxJSON
+		if resp.StatusCode != 200 || json.Unmarshal(b, &l) != nil {
+			t.Fatalf("%s: %d %s", q, resp.StatusCode, b)
+		}
+		var out []string
+		for _, s := range l {
+			out = append(out, s.SandboxID)
+		}
+		return out
+	}
+	if got, want := ids("order=asc"), []string{made[0].SandboxID, made[1].SandboxID, made[2].SandboxID}; !slices.Equal(got, want) {
+		t.Errorf("order=asc: %v, want %v", got, want)
+	}
+	// Pages in ascending order go on where they were.
+	resp, b := e.api("GET", "/v2/sandboxes?order=asc&limit=2", nil)
+	var first []sandboxJSON
+	json.Unmarshal(b, &first)
+	if got := ids("order=asc&limit=2&nextToken=" + url.QueryEscape(resp.Header.Get("X-Next-Token"))); len(first) != 2 || !slices.Equal(got, []string{made[2].SandboxID}) {
+		t.Errorf("order=asc pages: %v then %v", first, got)
+	}
+	info := must(e.sb.Sandbox(t.Context(), made[1].SandboxID))
+	if got := ids("startedAfter=" + url.QueryEscape(info.StartedAt.Format(time.RFC3339Nano))); !slices.Equal(got, []string{made[2].SandboxID, made[1].SandboxID}) {
+		t.Errorf("startedAfter the second's start: %v", got)
+	}
+	if got := ids("template=my-image"); !slices.Equal(got, []string{made[1].SandboxID}) {
+		t.Errorf("template=my-image: %v", got)
+	}
+	if got := ids("template=unknown"); len(got) != 0 {
+		t.Errorf("template=unknown: %v", got)
+	}
+	for _, q := range []string{"order=sideways", "startedAfter=yesterday"} {
+		resp, b := e.api("GET", "/v2/sandboxes?"+q, nil)
+		if resp.StatusCode != 400 || !strings.Contains(string(b), strings.SplitN(q, "=", 2)[0]) {
+			t.Errorf("%s: %d %s, want 400 naming it", q, resp.StatusCode, b)
+		}
+	}
+}
