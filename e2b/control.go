@@ -538,8 +538,12 @@ func (h *Handler) wake(w http.ResponseWriter, r *http.Request, conflictIfRunning
 			return
 		}
 	}
-	if b.Timeout != nil && *b.Timeout > 0 {
-		if info, err = h.sb.SetSandboxLifetime(r.Context(), id, time.Duration(*b.Timeout)*time.Second); err != nil {
+	// A connect to a running sandbox only extends its lifetime, never
+	// shortens it (E2B's connect; its suite's "connect does not shorten
+	// timeout on running sandbox"); a resumed one gets the timeout asked.
+	if d := time.Duration(ptrOr(b.Timeout)) * time.Second; d > 0 &&
+		(resumed || !info.EndAt.IsZero() && time.Until(info.EndAt) < d) {
+		if info, err = h.sb.SetSandboxLifetime(r.Context(), id, d); err != nil {
 			h.fail(w, "setting the timeout of sandbox "+id, err)
 			return
 		}
@@ -554,3 +558,12 @@ func (h *Handler) wake(w http.ResponseWriter, r *http.Request, conflictIfRunning
 
 func (h *Handler) resume(w http.ResponseWriter, r *http.Request)  { h.wake(w, r, true) }
 func (h *Handler) connect(w http.ResponseWriter, r *http.Request) { h.wake(w, r, false) }
+
+// ptrOr is *p, or the zero value for nil.
+func ptrOr[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

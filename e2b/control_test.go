@@ -525,3 +525,22 @@ func TestListOrderAfterTemplate(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectNeverShortens: a connect to a running sandbox extends its
+// lifetime to the timeout asked when that is later, and never shortens it.
+func TestConnectNeverShortens(t *testing.T) {
+	e := newEnv(t)
+	a := e.create("base") // 300 s
+	end := func() time.Time { return must(e.sb.Sandbox(t.Context(), a.SandboxID)).EndAt }
+	before := end()
+	if resp, b := e.api("POST", "/v2/sandboxes/"+a.SandboxID+"/connect", map[string]any{"timeout": 60}); resp.StatusCode != 200 {
+		t.Fatalf("connect: %d %s", resp.StatusCode, b)
+	}
+	if got := end(); !got.Equal(before) {
+		t.Errorf("a connect with 60 s moved the end from %v to %v", before, got)
+	}
+	e.api("POST", "/v2/sandboxes/"+a.SandboxID+"/connect", map[string]any{"timeout": 3600})
+	if got := end(); time.Until(got) < 3500*time.Second {
+		t.Errorf("a connect with 3600 s: ends in %v", time.Until(got))
+	}
+}
