@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -310,6 +311,10 @@ func (ids sandboxIDs) list(fd int, p string, depth int, out *[]api.FileInfo) err
 	if err != nil && err != io.EOF {
 		return fileErr(p, err)
 	}
+	// In name order, depth first (as Go's WalkDir and E2B's envd list):
+	// the directory's own order is the filesystem's, unstable across
+	// calls.
+	slices.Sort(names)
 	if len(*out)+len(names) > MaxListEntries {
 		return api.Invalid(fmt.Sprintf("%s holds more than %d entries to the depth asked: list a smaller depth or a directory below", p, MaxListEntries))
 	}

@@ -53,6 +53,18 @@ func lockFiles(dir string) (f *os.File, busy bool, err error) {
 		}
 		return nil, false, err
 	}
+	// Locked, but maybe a file a sweep has removed since we opened it
+	// (it locked, removed the directory and let go): that lock guards
+	// nothing. Only the file still at its path counts.
+	var held, now unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &held); err != nil {
+		f.Close()
+		return nil, false, err
+	}
+	if err := unix.Lstat(f.Name(), &now); err != nil || now.Ino != held.Ino || now.Dev != held.Dev {
+		f.Close()
+		return nil, false, fmt.Errorf("%s: removed while it was locked: %w", f.Name(), os.ErrNotExist)
+	}
 	return f, false, nil
 }
 
@@ -61,7 +73,7 @@ func lockFiles(dir string) (f *os.File, busy bool, err error) {
 // A sweep may remove the directory between the two (it was old and
 // unlocked: a re-create's files): then it is made once more.
 func makeAndLock(dir string, now time.Time) (f *os.File, busy bool, err error) {
-	for range 2 {
+	for range 3 {
 		if err = os.MkdirAll(dir, 0o700); err != nil {
 			return nil, false, err
 		}

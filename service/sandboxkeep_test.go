@@ -3,6 +3,8 @@ package service
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +96,25 @@ func TestKeptFilesBounded(t *testing.T) {
 		if want := i > 0; exists(filepath.Join(e.dir, id)) != want {
 			t.Errorf("sandbox %d's files there: %v, want %v", i, !want, want)
 		}
+	}
+}
+
+// TestListDirInNameOrder: a listing is in name order, depth first (as
+// envd's and Go's WalkDir), not the directory's own order.
+func TestListDirInNameOrder(t *testing.T) {
+	e := newLiveEnv(t, SandboxOptions{})
+	id := e.create(api.SandboxSpec{}).ID
+	for _, p := range []string{"/home/user/d/c.txt", "/home/user/d/b/z.txt", "/home/user/d/a.txt", "/home/user/d/b/y.txt", "/home/user/d/b-x.txt"} {
+		if _, err := e.l.WriteFile(e.ctx, id, p, []byte("x"), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := e.l.ListDir(e.ctx, id, "/home/user/d", 2)
+	var got []string
+	for _, f := range list {
+		got = append(got, strings.TrimPrefix(f.Path, "/home/user/d/"))
+	}
+	if want := []string{"a.txt", "b", "b/y.txt", "b/z.txt", "b-x.txt", "c.txt"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("list: %v %q, want %q", err, got, want)
 	}
 }
