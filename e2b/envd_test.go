@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandcell/sandcell/api"
 )
 
 func runArgs(cmd string) map[string]any {
@@ -274,7 +276,8 @@ func TestFiles(t *testing.T) {
 	if resp, b := e.do("POST", "/files?path=z.txt&username=root", gz.Bytes(), h); resp.StatusCode != 200 {
 		t.Fatalf("octet-stream: %d %s", resp.StatusCode, b)
 	}
-	for p, want := range map[string]string{"a/one.txt": "one", "/home/user/two.txt": "two", "z.txt": "zipped"} {
+	// root's relative path is in root's home, as envd resolves it.
+	for p, want := range map[string]string{"a/one.txt": "one", "/home/user/two.txt": "two", "/root/z.txt": "zipped", "z.txt&username=root": "zipped"} {
 		resp, b := e.do("GET", "/files?path="+p, nil, envdHdr(s))
 		if resp.StatusCode != 200 || string(b) != want || resp.Header.Get("Content-Type") != "application/octet-stream" {
 			t.Errorf("download %s: %d %q", p, resp.StatusCode, b)
@@ -507,5 +510,30 @@ func TestStreamDropsWithSandbox(t *testing.T) {
 	}
 	if r, _ := e.do("GET", "/health", nil, envdHdr(s)); r.StatusCode != 502 {
 		t.Errorf("health: %d", r.StatusCode)
+	}
+}
+
+// TestSignedURLExpiredSaysSo: a URL the sandbox signed whose expiration
+// passed is a 401 that says so, as envd's; root's relative path is in
+// /root; a relative symlink's target is given as a path.
+func TestSignedURLExpiredSaysSo(t *testing.T) {
+	e := newEnv(t)
+	a := e.create("base")
+	must(e.sb.WriteFile(t.Context(), a.SandboxID, "f.txt", []byte("x"), ""))
+	resp, body := e.do("GET", signedURL("f.txt", "read", "", a.EnvdAccessToken, time.Now().Unix()-10), nil, nil)
+	var ae apiError
+	json.Unmarshal(body, &ae)
+	if resp.StatusCode != 401 || ae.Code != 401 || ae.Message != "signature is already expired" {
+		t.Errorf("expired: %d %s", resp.StatusCode, body)
+	}
+	h := map[string]string{"Content-Type": "application/octet-stream"}
+	resp, body = e.do("POST", signedURL("hello.txt", "write", "root", a.EnvdAccessToken, time.Now().Unix()+60), "hi", h)
+	var out []map[string]string
+	json.Unmarshal(body, &out)
+	if resp.StatusCode != 200 || len(out) != 1 || out[0]["path"] != "/root/hello.txt" {
+		t.Errorf("upload as root: %d %s, want /root/hello.txt", resp.StatusCode, body)
+	}
+	if e := entryOf(api.FileInfo{Name: "l", Path: "/home/user/l", Type: "symlink", Target: "t.txt"}); e.SymlinkTarget == nil || *e.SymlinkTarget != "/home/user/t.txt" {
+		t.Errorf("symlink target %v, want /home/user/t.txt", e.SymlinkTarget)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"mime"
 	"net/http"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,7 +43,12 @@ func entryOf(f api.FileInfo) entryInfo {
 		e.Type, mode = "FILE_TYPE_DIRECTORY", mode|fs.ModeDir
 	case "symlink":
 		e.Type, mode = "FILE_TYPE_SYMLINK", mode|fs.ModeSymlink
+		// envd gives the target as a path, a relative link's resolved
+		// against the link's directory.
 		t := f.Target
+		if t != "" && !path.IsAbs(t) {
+			t = path.Join(path.Dir(f.Path), t)
+		}
 		e.SymlinkTarget = &t
 	default:
 		e.Type = "FILE_TYPE_FILE"
@@ -98,10 +104,14 @@ type entriesResponse struct {
 }
 
 func (h *Handler) filesystemRPC(w http.ResponseWriter, r *http.Request, id, method string) {
+	// A relative path is the user's home's, as envd resolves it: root's
+	// is /root (the service resolves the default user's).
+	user, _ := userOf(r)
+	home := func(p string) string { return homePath(user, p) }
 	switch method {
 	case "Stat":
 		unary(w, r, func(ctx context.Context, req *pathRequest) (*entryResponse, error) {
-			f, err := h.sb.Stat(ctx, id, req.Path)
+			f, err := h.sb.Stat(ctx, id, home(req.Path))
 			if err != nil {
 				return nil, err
 			}
@@ -109,7 +119,7 @@ func (h *Handler) filesystemRPC(w http.ResponseWriter, r *http.Request, id, meth
 		})
 	case "MakeDir":
 		unary(w, r, func(ctx context.Context, req *pathRequest) (*entryResponse, error) {
-			created, err := h.sb.MakeDir(ctx, id, req.Path)
+			created, err := h.sb.MakeDir(ctx, id, home(req.Path))
 			if err != nil {
 				return nil, err
 			}
@@ -117,7 +127,7 @@ func (h *Handler) filesystemRPC(w http.ResponseWriter, r *http.Request, id, meth
 				// The SDK reads already_exists as make_dir's false.
 				return nil, rpcErr("already_exists", "directory %s already exists", req.Path)
 			}
-			f, err := h.sb.Stat(ctx, id, req.Path)
+			f, err := h.sb.Stat(ctx, id, home(req.Path))
 			if err != nil {
 				return nil, err
 			}
@@ -125,7 +135,7 @@ func (h *Handler) filesystemRPC(w http.ResponseWriter, r *http.Request, id, meth
 		})
 	case "Move":
 		unary(w, r, func(ctx context.Context, req *moveRequest) (*entryResponse, error) {
-			f, err := h.sb.Move(ctx, id, req.Source, req.Destination)
+			f, err := h.sb.Move(ctx, id, home(req.Source), home(req.Destination))
 			if err != nil {
 				return nil, err
 			}
@@ -133,7 +143,7 @@ func (h *Handler) filesystemRPC(w http.ResponseWriter, r *http.Request, id, meth
 		})
 	case "ListDir":
 		unary(w, r, func(ctx context.Context, req *pathRequest) (*entriesResponse, error) {
-			fs, err := h.sb.ListDir(ctx, id, req.Path, int(max(req.Depth, 1)))
+			fs, err := h.sb.ListDir(ctx, id, home(req.Path), int(max(req.Depth, 1)))
 			if err != nil {
 				return nil, err
 			}
@@ -148,7 +158,7 @@ func (h *Handler) filesystemRPC(w http.ResponseWriter, r *http.Request, id, meth
 			// envd removes as os.RemoveAll does: nothing there is done
 			// (E2B's test "remove non-existing file" expects no error).
 			// ServeHTTP found the sandbox, so not found is the path.
-			if err := h.sb.Remove(ctx, id, req.Path); err != nil && !errors.Is(err, api.ErrNotFound) {
+			if err := h.sb.Remove(ctx, id, home(req.Path)); err != nil && !errors.Is(err, api.ErrNotFound) {
 				return nil, err
 			}
 			return &empty{}, nil
@@ -184,7 +194,7 @@ func (h *Handler) files(w http.ResponseWriter, r *http.Request, id string) {
 		writeError(w, http.StatusUnauthorized, err.(*rpcError).Message)
 		return
 	}
-	p := r.URL.Query().Get("path")
+	p := homePath(user, r.URL.Query().Get("path"))
 	switch r.Method {
 	case http.MethodGet:
 		if p == "" {
@@ -209,7 +219,7 @@ func (h *Handler) files(w http.ResponseWriter, r *http.Request, id string) {
 			if int64(len(b)) > h.opt.MaxFileBytes {
 				return api.Invalid(fmt.Sprintf("%s: larger than %d bytes, the most one upload may be", dst, h.opt.MaxFileBytes))
 			}
-			f, err := h.sb.WriteFile(r.Context(), id, dst, b, user)
+			f, err := h.sb.WriteFile(r.Context(), id, homePath(user, dst), b, user)
 			if err != nil {
 				return err
 			}
@@ -484,3 +494,13 @@ func (h *Handler) dropWatchers(id string) {
 }
 
 func sortedKeys(s snapshot) []string { return slices.Sorted(maps.Keys(s)) }
+
+// homePath is p as envd resolves it for user: a relative path is in the
+// user's home, root's /root; the default user's is left to the service
+// (its home).
+func homePath(user, p string) string {
+	if user == "root" && p != "" && !path.IsAbs(p) {
+		return path.Join("/root", p)
+	}
+	return p
+}

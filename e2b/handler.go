@@ -378,7 +378,7 @@ func (h *Handler) route(r *http.Request) (target, bool) {
 	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
 		// A signed URL (uploadUrl, downloadUrl) comes with no header: the
 		// sandbox whose token signed it is the one ("" if none did).
-		return target{h.tokens.signer(func(token string) bool { return signatureOK(r, token) }), EnvdPort, ""}, true
+		return target{h.tokens.signer(func(token string) bool { signed, _ := signatureCheck(r, token); return signed }), EnvdPort, ""}, true
 	}
 	return target{}, false
 }
@@ -390,23 +390,32 @@ func (h *Handler) route(r *http.Request) (target, bool) {
 // constant time; an expired one never passes. It binds the path, the
 // operation and the user, so a URL opens that one file that one way.
 func signatureOK(r *http.Request, token string) bool {
+	signed, expired := signatureCheck(r, token)
+	return signed && !expired
+}
+
+// signatureCheck says whether token signed r's URL, and whether that
+// signature's expiration has passed (envd answers the two apart: "signature
+// is already expired").
+func signatureCheck(r *http.Request, token string) (signed, expired bool) {
 	q := r.URL.Query()
 	op := map[string]string{http.MethodGet: "read", http.MethodPost: "write"}[r.Method]
 	sig, ok := strings.CutPrefix(q.Get("signature"), "v1_")
 	if op == "" || !ok {
-		return false
+		return false, false
 	}
 	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + token
 	if exp := q.Get("signature_expiration"); exp != "" {
 		n, err := strconv.ParseInt(exp, 10, 64)
-		if err != nil || time.Now().Unix() > n {
-			return false
+		if err != nil {
+			return false, false
 		}
+		expired = time.Now().Unix() > n
 		raw += ":" + exp
 	}
 	sum := sha256.Sum256([]byte(raw))
 	want := base64.RawStdEncoding.EncodeToString(sum[:])
-	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1, expired
 }
 
 // hostTarget parses PORT-ID.DOMAIN (infra's host rule), for a sandbox
@@ -485,8 +494,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g == grantNone && t.port == EnvdPort && r.URL.Path == "/files" {
 		// A signed URL opens /files (only: the path is checked here) of
 		// the sandbox whose token signed it.
-		if st, ok := h.tokens.get(t.id); ok && signatureOK(r, st.envdText) {
-			g = grantEnvd
+		if st, ok := h.tokens.get(t.id); ok {
+			switch signed, expired := signatureCheck(r, st.envdText); {
+			case signed && expired:
+				writeError(w, http.StatusUnauthorized, "signature is already expired")
+				return
+			case signed:
+				g = grantEnvd
+			}
 		}
 	}
 	if g != grantNone {
