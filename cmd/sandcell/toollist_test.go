@@ -75,7 +75,7 @@ func servedTools(t *testing.T, profile string, live bool) ([]byte, []string, res
 	if live {
 		sb = testutil.NewFakeSandboxes()
 	}
-	set := liveFrontEnds(nilIfNil(sb), srv, &ro, config.Serve{Tools: profile})
+	set := liveFrontEnds(nilIfNil(sb), contextsOf(nilIfNil(sb), nil), srv, &ro, config.Serve{Tools: profile})
 	set(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080})
 	b, names := modelView(t, srv)
 	return b, names, ro
