@@ -69,3 +69,25 @@ func TestLiveRunCellMCP(t *testing.T) {
 	toolCall(t, s.base, sid, 20, "sandbox", map[string]any{"action": "kill", "sandbox_id": id})
 	s.nothingLeft()
 }
+
+// A matplotlib figure of a live sandbox's cell comes back as image
+// content (PNG), as a session kernel's does.
+func TestLiveRunCellPlotMCP(t *testing.T) {
+	requireLayers(t, "python-data")
+	s := startLiveServer(t)
+	sid := initialize(t, s.base)
+	id := createOverMCP(t, s.base, sid, 2, "python-data")
+	text, isErr, res := toolResult(t, s.base, sid, 3, "run_cell", map[string]any{"sandbox_id": id, "timeout_ms": 60000,
+		"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.show()"})
+	var images int
+	for _, c := range res["content"].([]any) {
+		if c := c.(map[string]any); c["type"] == "image" && c["mimeType"] == "image/png" && len(c["data"].(string)) > 100 {
+			images++
+		}
+	}
+	if isErr || images != 1 || !strings.Contains(text, "shown below") {
+		t.Errorf("a plot: %d images, %s", images, text)
+	}
+	toolCall(t, s.base, sid, 4, "sandbox", map[string]any{"action": "kill", "sandbox_id": id})
+	s.nothingLeft()
+}
