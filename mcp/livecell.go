@@ -26,12 +26,16 @@ import (
 // LiveCells runs cells in live sandboxes (cmd/sandcell adapts interp's
 // contexts to it).
 type LiveCells interface {
-	// RunCell runs code in sandbox id's default context of language,
-	// made on first use, calling emit with each event in order. ctx
-	// ending interrupts the cell. An error before any event is a refusal
-	// (unknown sandbox, a language the sandbox cannot run); after, the
+	// Context is sandbox id's default context of language, made (and
+	// its kernel started) on first use, within the adapter's own bound:
+	// a cell's timeout is not charged for it. Its errors are refusals
+	// (unknown sandbox, a language the sandbox cannot run).
+	Context(ctx context.Context, id, language string) (contextID string, err error)
+	// RunCell runs code in a context of sandbox id, calling emit with
+	// each event in order; ctx ending interrupts the cell (the error is
+	// then ctx's). An error before any event is a refusal; after, the
 	// context failed.
-	RunCell(ctx context.Context, id, language, code string, emit func(CellEvent) error) error
+	RunCell(ctx context.Context, id, contextID, code string, emit func(CellEvent) error) error
 }
 
 // CellEvent is one thing a live cell did: output of Stream ("stdout",
@@ -112,12 +116,19 @@ func (l *liveCells) run(ctx context.Context, s *Server, req *CallToolRequest, in
 	if in.TimeoutMS > 0 {
 		timeout = time.Duration(mulSat(in.TimeoutMS, int64(time.Millisecond)))
 	}
+	cid, err := l.c.Context(ctx, in.SandboxID, lang)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, api.CellResult{}, ctx.Err()
+		}
+		return nil, api.CellResult{}, fmt.Errorf("run_cell in sandbox %s: %w", in.SandboxID, err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	live := startLiveOutput(req, l.o.ProgressEvery)
 	c := newLiveCell(lang)
 	start := time.Now()
-	err := l.c.RunCell(cctx, in.SandboxID, lang, in.Code, func(ev CellEvent) error {
+	err = l.c.RunCell(cctx, in.SandboxID, cid, in.Code, func(ev CellEvent) error {
 		if live != nil && ev.Stream != "" {
 			live.add(ev.Stream, inertText([]byte(ev.Text)))
 		}

@@ -16,20 +16,30 @@ import (
 )
 
 // fakeCells runs cells by their code's name: out, err, img, slow; its
-// only sandbox is sb1, which has no node.
+// only sandbox is sb1, which has no node; a context takes start to make.
 type fakeCells struct {
-	lang string // the last cell's language
-	n    int
+	lang  string // the last cell's language
+	n     int
+	start time.Duration
 }
 
-func (f *fakeCells) RunCell(ctx context.Context, id, language, code string, emit func(CellEvent) error) error {
+func (f *fakeCells) Context(ctx context.Context, id, language string) (string, error) {
 	if id != "sb1" {
-		return api.NotFound("no sandbox " + id)
+		return "", api.NotFound("no sandbox " + id)
 	}
 	if language == "javascript" {
-		return api.Invalid("a javascript context needs node in the sandbox's root, and the template python has none")
+		return "", api.Invalid("a javascript context needs node in the sandbox's root, and the template python has none")
 	}
-	f.lang = language
+	select {
+	case <-time.After(f.start):
+		return "ctx-" + language, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+func (f *fakeCells) RunCell(ctx context.Context, id, cid, code string, emit func(CellEvent) error) error {
+	f.lang = strings.TrimPrefix(cid, "ctx-")
 	f.n++
 	switch code {
 	case "out":
@@ -99,7 +109,9 @@ func TestRunCellSchemaLiveOnly(t *testing.T) {
 // A live cell's output, value, display, error and image come back in
 // run_cell's shape; refusals are errors that say what and which.
 func TestRunCellInLiveSandbox(t *testing.T) {
-	f := &fakeCells{}
+	// A context that takes 300 ms to start: a cell's timeout of 200 ms
+	// is the cell's alone.
+	f := &fakeCells{start: 300 * time.Millisecond}
 	c := liveCellServer(t, f)
 	r := c.tool("run_cell", map[string]any{"sandbox_id": "sb1", "code": "out"})
 	text, sc := resText(r), structuredOf(t, r)

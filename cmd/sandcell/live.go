@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -84,25 +83,15 @@ func contextsOf(sb api.Sandboxes, log *slog.Logger) *interp.Manager {
 // It lives here because mcp may not import interp (TestImportArrows).
 type liveCells struct{ m *interp.Manager }
 
-func (l liveCells) RunCell(ctx context.Context, id, language, code string, emit func(mcp.CellEvent) error) error {
-	run := func() (emitted bool, err error) {
-		c, err := l.m.Default(ctx, id, language)
-		if err != nil {
-			return false, err
-		}
-		err = l.m.Run(ctx, id, c.ID, interp.Cell{Code: code}, func(ev interp.Event) error {
-			emitted = true
-			return emit(cellEventOf(ev))
-		})
-		return emitted, err
-	}
-	emitted, err := run()
-	if err != nil && !emitted && errors.Is(err, api.ErrNotFound) {
-		// The default context went between Default and Run (removed
-		// through E2B's API): the next Default makes another.
-		_, err = run()
-	}
-	return err
+func (l liveCells) Context(ctx context.Context, id, language string) (string, error) {
+	c, err := l.m.Default(ctx, id, language)
+	return c.ID, err
+}
+
+func (l liveCells) RunCell(ctx context.Context, id, contextID, code string, emit func(mcp.CellEvent) error) error {
+	return l.m.Run(ctx, id, contextID, interp.Cell{Code: code}, func(ev interp.Event) error {
+		return emit(cellEventOf(ev))
+	})
 }
 
 // cellEventOf is an interp event as mcp's.
