@@ -72,9 +72,9 @@ type runCellTool struct {
 }
 
 // addRunCell registers run_cell: cells in a session's kernel and, with
-// live, in a live sandbox's context (sandbox_id instead of session_id).
+// cells, in a live sandbox's context (sandbox_id instead of session_id).
 // One tool for cells, wherever their state lives (issue #39).
-func addRunCell(s *Server, live *liveCells) {
+func addRunCell(s *Server, cells *liveCells) {
 	s.mu.Lock()
 	rc := s.runCell
 	s.mu.Unlock()
@@ -101,15 +101,15 @@ func addRunCell(s *Server, live *liveCells) {
 	if len(languages) > 0 {
 		desc += " Kernels: " + strings.Join(languages, ", ") + "."
 	}
-	if live != nil {
-		live.schema(in)
+	if cells != nil {
+		cells.schema(in)
 		desc += liveCellDesc
 	}
 	AddTool(s, &Tool{Name: "run_cell", Title: "Run a cell in a live interpreter", Description: desc, InputSchema: in,
 		Annotations: runAnnotations("Run a cell in a live interpreter")},
 		func(ctx context.Context, req *CallToolRequest, in CellInput) (*CallToolResult, api.CellResult, error) {
-			if in.SandboxID != "" || live != nil && in.SessionID == "" {
-				return live.run(ctx, s, req, in)
+			if cells != nil && (in.SandboxID != "" || in.SessionID == "") {
+				return cells.run(ctx, s, req, in)
 			}
 			if k == nil {
 				return nil, api.CellResult{}, errors.New("run_cell: this server has no session kernels: give sandbox_id")
