@@ -184,6 +184,7 @@ func (m *Manager) Create(ctx context.Context, id, language, cwd string) (Info, e
 // call (the state a caller that names no context keeps across cells,
 // as MCP's run_cell does), until it is removed.
 func (m *Manager) Default(ctx context.Context, id, language string) (Info, error) {
+	language = canonical(language)
 	if c := m.defaultOf(id, language); c != nil {
 		if _, err := m.sb.Sandbox(ctx, id); err != nil {
 			m.forget(id)
@@ -355,6 +356,7 @@ var bashDriver []byte
 // that runs the same driver (python in a python-data sandbox gets its
 // MPLCONFIGDIR and thread settings).
 func (m *Manager) language(ctx context.Context, id string, info api.SandboxInfo, name string) (lang, error) {
+	name = canonical(name)
 	offered := "offered: " + strings.Join(Languages, ", ")
 	if !slices.Contains(Languages, name) {
 		return lang{}, api.Invalid(fmt.Sprintf("no %.40q context in sandcell's code interpreter (%s)", name, offered))
@@ -395,6 +397,25 @@ func (m *Manager) language(ctx context.Context, id string, info api.SandboxInfo,
 		}
 	}
 	return lang{name: name, driver: files, first: l.Kernel.Driver[0], argv: l.Kernel.Argv, env: env}, nil
+}
+
+// canonical is the offered context language a catalogue name or alias
+// stands for (py, js, node, python-data: the one whose kernel driver its
+// kernel runs), or name itself.
+func canonical(name string) string {
+	if slices.Contains(Languages, name) {
+		return name
+	}
+	l, err := rootfs.Lookup(name)
+	if err != nil || l.Kernel == nil {
+		return name
+	}
+	for _, c := range Languages {
+		if o, err := rootfs.Lookup(c); err == nil && o.Kernel != nil && o.Kernel.Driver[0] == l.Kernel.Driver[0] {
+			return c
+		}
+	}
+	return name
 }
 
 func newID() string {

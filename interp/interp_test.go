@@ -362,3 +362,22 @@ func TestDefaultContextIsOnePerLanguage(t *testing.T) {
 		t.Fatalf("the default of an unknown sandbox: %v", err)
 	}
 }
+
+// The catalogue's names and aliases of a kernel language are its context
+// language: py and python-data are python, js and node javascript; the
+// default context of py is python's.
+func TestLanguageAliases(t *testing.T) {
+	for name, want := range map[string]string{"py": "python", "python3": "python", "python-data": "python", "js": "javascript", "node": "javascript", "bash": "bash", "cobol": "cobol"} {
+		if got := canonical(name); got != want {
+			t.Errorf("canonical(%q) = %q, want %q", name, got, want)
+		}
+	}
+	m := newManager(t, newHost(t, "python"))
+	d, err := m.Default(t.Context(), "sb1", "py")
+	if err != nil || d.Language != "python" {
+		t.Fatalf("the default of py: %+v, %v", d, err)
+	}
+	if again, err := m.Default(t.Context(), "sb1", "python"); err != nil || again.ID != d.ID {
+		t.Errorf("the default of python after py's: %+v, %v (py's %s)", again, err, d.ID)
+	}
+}
