@@ -26,11 +26,12 @@ import (
 // LiveCells runs cells in live sandboxes (cmd/sandcell adapts interp's
 // contexts to it).
 type LiveCells interface {
-	// Context is sandbox id's default context of language, made (and
-	// its kernel started) on first use, within the adapter's own bound:
-	// a cell's timeout is not charged for it. Its errors are refusals
-	// (unknown sandbox, a language the sandbox cannot run).
-	Context(ctx context.Context, id, language string) (contextID string, err error)
+	// Context is sandbox id's default context of language (a name or an
+	// alias: lang is the context's own), made (and its kernel started)
+	// on first use, within the adapter's own bound: a cell's timeout is
+	// not charged for it. Its errors are refusals (unknown sandbox, a
+	// language the sandbox cannot run).
+	Context(ctx context.Context, id, language string) (contextID, lang string, err error)
 	// RunCell runs code in a context of sandbox id, calling emit with
 	// each event in order; ctx ending interrupts the cell (the error is
 	// then ctx's). An error before any event is a refusal; after, the
@@ -116,7 +117,7 @@ func (l *liveCells) run(ctx context.Context, s *Server, req *CallToolRequest, in
 	if in.TimeoutMS > 0 {
 		timeout = time.Duration(mulSat(in.TimeoutMS, int64(time.Millisecond)))
 	}
-	cid, err := l.c.Context(ctx, in.SandboxID, lang)
+	cid, lang, err := l.c.Context(ctx, in.SandboxID, lang)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, api.CellResult{}, ctx.Err()

@@ -23,18 +23,21 @@ type fakeCells struct {
 	start time.Duration
 }
 
-func (f *fakeCells) Context(ctx context.Context, id, language string) (string, error) {
+func (f *fakeCells) Context(ctx context.Context, id, language string) (string, string, error) {
 	if id != "sb1" {
-		return "", api.NotFound("no sandbox " + id)
+		return "", "", api.NotFound("no sandbox " + id)
 	}
 	if language == "javascript" {
-		return "", api.Invalid("a javascript context needs node in the sandbox's root, and the template python has none")
+		return "", "", api.Invalid("a javascript context needs node in the sandbox's root, and the template python has none")
+	}
+	if language == "py" {
+		language = "python"
 	}
 	select {
 	case <-time.After(f.start):
-		return "ctx-" + language, nil
+		return "ctx-" + language, language, nil
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return "", "", ctx.Err()
 	}
 }
 
@@ -65,7 +68,7 @@ func liveCellServer(t *testing.T, cells LiveCells) *sbConn {
 	t.Helper()
 	s := NewServer(&Options{Name: "sandcell-test", Version: "0.0.1"})
 	AddSandboxTools(s, &fakeSandbox{}, &SandboxOptions{ExecuteToolOptions: ExecuteToolOptions{Languages: []string{"python"}},
-		Kernels: &fakeKernels{info: api.KernelInfo{Language: "python"}}, KernelLanguages: []string{"python", "javascript"}})
+		Kernels: &fakeKernels{info: api.KernelInfo{Language: "python"}}, KernelLanguages: []string{"python", "py", "javascript"}})
 	if cells != nil {
 		AddLiveSandboxTools(s, testutil.NewFakeSandboxes(), &LiveOptions{Cells: cells, CellLanguages: []string{"python", "javascript", "bash"}})
 	}
@@ -133,7 +136,10 @@ func TestRunCellInLiveSandbox(t *testing.T) {
 		!strings.Contains(resText(r), "Traceback: 1/0") || !strings.Contains(resText(r), "(state kept)") || f.lang != "bash" {
 		t.Errorf("err: %s %v", resText(r), sc)
 	}
-	r = c.tool("run_cell", map[string]any{"sandbox_id": "sb1", "code": "img"})
+	r = c.tool("run_cell", map[string]any{"sandbox_id": "sb1", "code": "img", "language": "py"})
+	if k := structuredOf(t, r)["kernel"].(map[string]any); k["language"] != "python" || !strings.Contains(resText(r), "sb1's python context") {
+		t.Errorf("py's cell: the context's language is %v: %s", k["language"], resText(r))
+	}
 	var img []map[string]any
 	for _, b := range r["content"].([]any) {
 		if b := b.(map[string]any); b["type"] == "image" {

@@ -83,9 +83,9 @@ func contextsOf(sb api.Sandboxes, log *slog.Logger) *interp.Manager {
 // It lives here because mcp may not import interp (TestImportArrows).
 type liveCells struct{ m *interp.Manager }
 
-func (l liveCells) Context(ctx context.Context, id, language string) (string, error) {
+func (l liveCells) Context(ctx context.Context, id, language string) (string, string, error) {
 	c, err := l.m.Default(ctx, id, language)
-	return c.ID, err
+	return c.ID, c.Language, err
 }
 
 func (l liveCells) RunCell(ctx context.Context, id, contextID, code string, emit func(mcp.CellEvent) error) error {

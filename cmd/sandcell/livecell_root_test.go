@@ -51,8 +51,9 @@ func TestLiveRunCellMCP(t *testing.T) {
 	if sc, _ := res["structuredContent"].(map[string]any); sc["status"] != "timeout" || !strings.Contains(text, "interrupted at its timeout") {
 		t.Errorf("a cell past its timeout: %s %v", text, sc)
 	}
-	text, isErr, res = toolResult(t, s.base, sid, 7, "run_cell", map[string]any{"sandbox_id": id, "code": "len(x)"})
-	if sc, _ := res["structuredContent"].(map[string]any); isErr || sc["value"] != "27" {
+	// py is python: the same context.
+	text, isErr, res = toolResult(t, s.base, sid, 7, "run_cell", map[string]any{"sandbox_id": id, "code": "len(x)", "language": "py"})
+	if sc, _ := res["structuredContent"].(map[string]any); isErr || sc["value"] != "27" || !strings.Contains(text, "'s python context") {
 		t.Errorf("the state after the timeout: %s", text)
 	}
 	for i, bad := range []struct {
