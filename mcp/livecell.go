@@ -67,9 +67,16 @@ const (
 	// maxLiveInlineImages bounds the image bytes one result carries
 	// inline; past it an image is noted, not shown.
 	maxLiveInlineImages = 4 << 20
-	// maxLiveTexts caps the display texts kept of one cell.
-	maxLiveTexts = 100
+	// maxLiveTexts caps the display texts kept of one cell, and
+	// maxLiveText each of them and the value (the drivers send up to 1
+	// MiB): with the 64 KiB of each stream, a result is a few MiB at most.
+	maxLiveTexts = 16
+	maxLiveText  = 64 << 10
 )
+
+// liveText is a value or displayed text made inert and cut to
+// maxLiveText.
+func liveText(s string) string { return truncate(inertText([]byte(s)), maxLiveText) }
 
 // liveCellDesc is what the live profile adds to run_cell's description.
 const liveCellDesc = " With sandbox_id instead of session_id: runs in that live sandbox (state kept per language)."
@@ -177,10 +184,10 @@ func (c *liveCell) add(ev CellEvent) {
 	case ev.Result != nil && ev.Result.Image != nil:
 		c.image(ev.Result)
 	case ev.Result != nil && ev.Result.Value:
-		c.r.Value = inertText([]byte(ev.Result.Text))
+		c.r.Value = liveText(ev.Result.Text)
 	case ev.Result != nil:
 		if len(c.r.Display) < maxLiveTexts {
-			c.r.Display = append(c.r.Display, api.Display{Kind: "text", Text: inertText([]byte(ev.Result.Text))})
+			c.r.Display = append(c.r.Display, api.Display{Kind: "text", Text: liveText(ev.Result.Text)})
 		}
 	case ev.Error != nil:
 		e := *ev.Error

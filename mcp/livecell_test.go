@@ -49,6 +49,11 @@ func (f *fakeCells) RunCell(ctx context.Context, id, cid, code string, emit func
 		emit(CellEvent{Stream: api.StreamStdout, Text: "hi\n"})
 		emit(CellEvent{Result: &CellItem{Text: "displayed"}})
 		emit(CellEvent{Result: &CellItem{Text: "42", Value: true}})
+	case "big":
+		for range 20 {
+			emit(CellEvent{Result: &CellItem{Text: strings.Repeat("d", 1<<20)}})
+		}
+		emit(CellEvent{Result: &CellItem{Text: strings.Repeat("v", 1<<20), Value: true}})
 	case "err":
 		emit(CellEvent{Stream: api.StreamStderr, Text: "warned\n"})
 		emit(CellEvent{Error: &api.CellError{Type: "ZeroDivisionError", Message: "division by zero", Traceback: "Traceback: 1/0"}})
@@ -151,6 +156,12 @@ func TestRunCellInLiveSandbox(t *testing.T) {
 	}
 	if data, err := base64.StdEncoding.DecodeString(img[0]["data"].(string)); err != nil || !bytes.HasPrefix(data, []byte("\x89PNG")) {
 		t.Errorf("img's data: %v", err)
+	}
+	// A cell's texts are bounded: 16 displayed texts and the value, 64
+	// KiB each.
+	r = c.tool("run_cell", map[string]any{"sandbox_id": "sb1", "code": "big"})
+	if sc := structuredOf(t, r); len(sc["display"].([]any)) != 16 || len(sc["value"].(string)) != 64<<10+3 || len(mustJSON(r)) > 4<<20 {
+		t.Errorf("big: %d display items, a value of %d bytes, a result of %d", len(sc["display"].([]any)), len(sc["value"].(string)), len(mustJSON(r)))
 	}
 	start := time.Now()
 	r = c.tool("run_cell", map[string]any{"sandbox_id": "sb1", "code": "slow", "timeout_ms": 200})
