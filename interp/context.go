@@ -28,6 +28,7 @@ type Context struct {
 	id   string
 	lang lang
 	cwd  string
+	dflt bool // the sandbox's default context of its language (Manager.Default)
 	sem  chan struct{}
 
 	mu    sync.Mutex

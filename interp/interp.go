@@ -176,6 +176,38 @@ type CellError struct {
 // Create starts a context of spec's language in sandbox id, working in
 // cwd ("" the default user's home).
 func (m *Manager) Create(ctx context.Context, id, language, cwd string) (Info, error) {
+	return m.create(ctx, id, language, cwd, false)
+}
+
+// Default is sandbox id's default context of language, working in the
+// default user's home: made on first use, then the same one on every
+// call (the state a caller that names no context keeps across cells,
+// as MCP's run_cell does), until it is removed.
+func (m *Manager) Default(ctx context.Context, id, language string) (Info, error) {
+	language = canonical(language)
+	if c := m.defaultOf(id, language); c != nil {
+		if _, err := m.sb.Sandbox(ctx, id); err != nil {
+			m.forget(id)
+			return Info{}, err
+		}
+		return c.info(), nil
+	}
+	return m.create(ctx, id, language, "", true)
+}
+
+// defaultOf is id's default context of language, or nil.
+func (m *Manager) defaultOf(id, language string) *Context {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.boxes[id] {
+		if c.dflt && c.lang.name == language {
+			return c
+		}
+	}
+	return nil
+}
+
+func (m *Manager) create(ctx context.Context, id, language, cwd string, dflt bool) (Info, error) {
 	info, err := m.sb.Sandbox(ctx, id)
 	if err != nil {
 		return Info{}, err
@@ -196,11 +228,21 @@ func (m *Manager) Create(ctx context.Context, id, language, cwd string) (Info, e
 		return Info{}, fmt.Errorf("%w: sandbox %s has %d contexts, the most: remove one", api.ErrBusy, id, maxContexts)
 	}
 	m.mu.Unlock()
-	c := &Context{m: m, box: id, id: newID(), lang: lang, cwd: cwd, sem: make(chan struct{}, 1)}
+	c := &Context{m: m, box: id, id: newID(), lang: lang, cwd: cwd, dflt: dflt, sem: make(chan struct{}, 1)}
 	if err := c.start(ctx); err != nil {
 		return Info{}, err
 	}
 	m.mu.Lock()
+	if dflt {
+		for _, other := range m.boxes[id] {
+			if other.dflt && other.lang.name == lang.name {
+				// Another call made the default first: use it, end ours.
+				m.mu.Unlock()
+				c.stop()
+				return other.info(), nil
+			}
+		}
+	}
 	if len(m.boxes[id]) >= maxContexts { // others were made meanwhile
 		m.mu.Unlock()
 		c.stop()
@@ -314,6 +356,7 @@ var bashDriver []byte
 // that runs the same driver (python in a python-data sandbox gets its
 // MPLCONFIGDIR and thread settings).
 func (m *Manager) language(ctx context.Context, id string, info api.SandboxInfo, name string) (lang, error) {
+	name = canonical(name)
 	offered := "offered: " + strings.Join(Languages, ", ")
 	if !slices.Contains(Languages, name) {
 		return lang{}, api.Invalid(fmt.Sprintf("no %.40q context in sandcell's code interpreter (%s)", name, offered))
@@ -354,6 +397,25 @@ func (m *Manager) language(ctx context.Context, id string, info api.SandboxInfo,
 		}
 	}
 	return lang{name: name, driver: files, first: l.Kernel.Driver[0], argv: l.Kernel.Argv, env: env}, nil
+}
+
+// canonical is the offered context language a catalogue name or alias
+// stands for (py, js, node, python-data: the one whose kernel driver its
+// kernel runs), or name itself.
+func canonical(name string) string {
+	if slices.Contains(Languages, name) {
+		return name
+	}
+	l, err := rootfs.Lookup(name)
+	if err != nil || l.Kernel == nil {
+		return name
+	}
+	for _, c := range Languages {
+		if o, err := rootfs.Lookup(c); err == nil && o.Kernel != nil && o.Kernel.Driver[0] == l.Kernel.Driver[0] {
+			return c
+		}
+	}
+	return name
 }
 
 func newID() string {

@@ -332,3 +332,52 @@ func TestADriverThatStopsReadingIsKilled(t *testing.T) {
 		t.Fatalf("after the kill: %+v", o)
 	}
 }
+
+// The default context of a language is one per sandbox: the second call
+// finds the first's (its state), a context Create makes is not it, and a
+// removed default is made again (empty).
+func TestDefaultContextIsOnePerLanguage(t *testing.T) {
+	m := newManager(t, newHost(t, "python"))
+	d, err := m.Default(t.Context(), "sb1", "python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, m, d.ID, "kept = 7")
+	other := create(t, m, "python")
+	again, err := m.Default(t.Context(), "sb1", "python")
+	if err != nil || again.ID != d.ID || again.ID == other {
+		t.Fatalf("the default again: %+v, %v (first %s, created %s)", again, err, d.ID, other)
+	}
+	if o := mustRun(t, m, again.ID, "kept"); o.main() != "7" {
+		t.Fatalf("the default's state: %+v", o)
+	}
+	if err := m.Remove(t.Context(), "sb1", d.ID); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := m.Default(t.Context(), "sb1", "python")
+	if err != nil || fresh.ID == d.ID {
+		t.Fatalf("the default after its removal: %+v, %v", fresh, err)
+	}
+	if _, err := m.Default(t.Context(), "nosuch", "python"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("the default of an unknown sandbox: %v", err)
+	}
+}
+
+// The catalogue's names and aliases of a kernel language are its context
+// language: py and python-data are python, js and node javascript; the
+// default context of py is python's.
+func TestLanguageAliases(t *testing.T) {
+	for name, want := range map[string]string{"py": "python", "python3": "python", "python-data": "python", "js": "javascript", "node": "javascript", "bash": "bash", "cobol": "cobol"} {
+		if got := canonical(name); got != want {
+			t.Errorf("canonical(%q) = %q, want %q", name, got, want)
+		}
+	}
+	m := newManager(t, newHost(t, "python"))
+	d, err := m.Default(t.Context(), "sb1", "py")
+	if err != nil || d.Language != "python" {
+		t.Fatalf("the default of py: %+v, %v", d, err)
+	}
+	if again, err := m.Default(t.Context(), "sb1", "python"); err != nil || again.ID != d.ID {
+		t.Errorf("the default of python after py's: %+v, %v (py's %s)", again, err, d.ID)
+	}
+}

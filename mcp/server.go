@@ -48,6 +48,7 @@ type Server struct {
 	sandboxes sandboxIndex // the sandbox sessions each protocol session used
 	confirms  *confirmer   // destructive tools' confirmation tokens
 	random    io.Reader    // fence tags (crypto/rand; tests make it deterministic)
+	runCell   runCellTool  // run_cell's parts (addKernelTools), for the live profile's
 }
 
 // NewServer makes a server. opts may be nil.

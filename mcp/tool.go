@@ -220,6 +220,25 @@ func AddTool[In, Out any](s *Server, t *Tool, h ToolHandlerFor[In, Out]) {
 	s.broadcastLocked("notifications/tools/list_changed")
 }
 
+// replaceTool registers a tool again, in its place in the list: add
+// registers the new one (a tool not registered yet is added at the end).
+func (s *Server) replaceTool(name string, add func()) {
+	s.mu.Lock()
+	at := slices.IndexFunc(s.tools, func(t *registeredTool) bool { return t.tool.Name == name })
+	if at >= 0 {
+		s.tools = slices.Delete(s.tools, at, at+1)
+	}
+	s.mu.Unlock()
+	add()
+	if at < 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last := s.tools[len(s.tools)-1]
+	s.tools = slices.Insert(s.tools[:len(s.tools)-1], at, last)
+}
+
 // broadcastLocked notifies the sessions of a list change (s.mu held).
 func (s *Server) broadcastLocked(method string) {
 	for ss := range s.sessions {

@@ -80,7 +80,10 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 	}
 	srv := service.NewServer(svc.Service, service.ServerOptions{Version: version.String(), NoInstall: env.cfg.Deps.Off, Network: len(env.cfg.Network.Allow) > 0})
 	liveREST := rest.Options{NetworkAllow: env.cfg.Network.Allow} // the sandbox tool offers network under a ceiling
-	setLiveBase := liveFrontEnds(liveSandboxesOf(svc), srv, &liveREST, sc)
+	// One interp.Manager holds the live sandboxes' code contexts for every
+	// front end (MCP's run_cell, E2B's code interpreter).
+	contexts := contextsOf(liveSandboxesOf(svc), env.log)
+	setLiveBase := liveFrontEnds(liveSandboxesOf(svc), contexts, srv, &liveREST, sc)
 
 	// ctx ends at SIGTERM/SIGINT; the server's life, one drain later.
 	signalled := ctx
@@ -183,7 +186,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 			if sb == nil {
 				return env.fail(errors.New("--e2b: this server holds no live sandboxes (issue #39)"))
 			}
-			k := e2bKernels(sb, env.log)
+			k := e2bKernels(contexts)
 			store := svc.exec.LayerStore
 			tmpl := e2bTemplates(func(lang string) bool {
 				l, err := rootfs.Lookup(lang)

@@ -42,12 +42,14 @@ func mountE2B(next http.Handler, sb api.Sandboxes, k e2b.Kernels, tmpl map[strin
 }
 
 // e2bKernels adapts interp's contexts, kernel drivers run as processes of
-// a live sandbox through sb, to e2b.Kernels (create, list, restart and
+// a live sandbox, to e2b.Kernels (create, list, restart and
 // remove contexts; run a cell with streaming output). The adapter lives
 // here because e2b and interp are on floors that do not see each other's
 // types (TestImportArrows): interp speaks api.Sandboxes, e2b E2B's wire.
-func e2bKernels(sb api.Sandboxes, log *slog.Logger) e2b.Kernels {
-	return e2bInterp{interp.New(sb, interp.Options{Logger: log})}
+// m is the server's one interp.Manager (contexts are per sandbox, shared
+// with MCP's run_cell: liveCells).
+func e2bKernels(m *interp.Manager) e2b.Kernels {
+	return e2bInterp{m}
 }
 
 type e2bInterp struct{ m *interp.Manager }

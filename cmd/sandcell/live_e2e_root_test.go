@@ -466,12 +466,7 @@ func loopsOn(dir string) []string {
 func TestLiveSandboxMCP(t *testing.T) {
 	s := startLiveServer(t)
 	sid := initialize(t, s.base)
-	created := toolCall(t, s.base, sid, 2, "sandbox", map[string]any{"action": "create", "template": "python", "timeout_s": 600})
-	m := regexp.MustCompile(`"sandbox_id":"([^"]+)"`).FindStringSubmatch(created)
-	if m == nil {
-		t.Fatalf("create: %s", created)
-	}
-	id := m[1]
+	id := createOverMCP(t, s.base, sid, 2, "python")
 	toolCall(t, s.base, sid, 3, "sandbox", map[string]any{"action": "write_file", "sandbox_id": id, "path": "www/index.html", "content": "mcp page"})
 	toolCall(t, s.base, sid, 4, "process", map[string]any{"action": "start", "sandbox_id": id, "background": true,
 		"command": "python3 -m http.server 8000", "cwd": "/home/user/www"})
@@ -482,7 +477,7 @@ func TestLiveSandboxMCP(t *testing.T) {
 		return strings.Contains(got, "mcp page")
 	})
 	u := toolCall(t, s.base, sid, 6, "sandbox", map[string]any{"action": "port_url", "sandbox_id": id, "port": 8000})
-	m = regexp.MustCompile(`"url":"(http://[^"]+)"`).FindStringSubmatch(u)
+	m := regexp.MustCompile(`"url":"(http://[^"]+)"`).FindStringSubmatch(u)
 	if m == nil {
 		t.Fatalf("port_url: %s", u)
 	}
@@ -528,4 +523,16 @@ func TestLiveSandboxFilesInTmp(t *testing.T) {
 	if want := "in /tmp/new/dir/a.txt\nin /dev/shm/b.txt\nin /home/user/c.txt\nuser user\nuser user\n"; code != 0 || out != want {
 		t.Errorf("in the sandbox: exit %d stdout %q stderr %q, want %q", code, out, errOut, want)
 	}
+}
+
+// createOverMCP creates a live sandbox of template with the sandbox tool
+// (call id rpc) and returns its id.
+func createOverMCP(t *testing.T, base, sid string, rpc int, template string) string {
+	t.Helper()
+	created := toolCall(t, base, sid, rpc, "sandbox", map[string]any{"action": "create", "template": template, "timeout_s": 600})
+	m := regexp.MustCompile(`"sandbox_id":"([^"]+)"`).FindStringSubmatch(created)
+	if m == nil {
+		t.Fatalf("create: %s", created)
+	}
+	return m[1]
 }

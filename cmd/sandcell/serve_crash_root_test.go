@@ -19,15 +19,22 @@ import (
 // toolCall calls an MCP tool over HTTP and returns the response body.
 func toolCall(t *testing.T, base, sid string, id int, name string, args map[string]any) string {
 	t.Helper()
+	status, body := toolPost(t, base, sid, id, name, args)
+	if status != 200 || strings.Contains(string(body), `"isError":true`) {
+		t.Fatalf("%s: %d %s", name, status, body)
+	}
+	return string(body)
+}
+
+// toolPost calls a tool: the HTTP status and body of the answer.
+func toolPost(t *testing.T, base, sid string, id int, name string, args map[string]any) (int, []byte) {
+	t.Helper()
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "tools/call",
 		"params": map[string]any{"name": name, "arguments": args}})
 	resp := mcpPost(t, base, sid, string(b))
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || strings.Contains(string(body), `"isError":true`) {
-		t.Fatalf("%s: %d %s", name, resp.StatusCode, body)
-	}
-	return string(body)
+	return resp.StatusCode, body
 }
 
 // TestServeKillNineLeavesNothing: a `sandcell serve` killed with -9 while
