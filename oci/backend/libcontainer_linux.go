@@ -72,9 +72,12 @@ type Libcontainer struct {
 	cfg      LibcontainerConfig
 	log      *slog.Logger
 	instance string
-	dir      string
-	lock     *os.File
-	seq      atomic.Uint64
+	// keyringsDenied: cfg.Seccomp refuses every keyring syscall, so its
+	// containers get no session keyring of their own (libcontainerConfig).
+	keyringsDenied bool
+	dir            string
+	lock           *os.File
+	seq            atomic.Uint64
 
 	mu   sync.Mutex
 	live map[string]oci.Container
@@ -136,7 +139,7 @@ func NewLibcontainer(cfg LibcontainerConfig) (*Libcontainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", oci.ErrRuntime, err)
 	}
-	r := &Libcontainer{cfg: cfg, log: log, instance: name, live: map[string]oci.Container{}}
+	r := &Libcontainer{cfg: cfg, log: log, instance: name, live: map[string]oci.Container{}, keyringsDenied: deniesKeyrings(cfg.Seccomp)}
 	r.dir = filepath.Join(cfg.StateDir, r.instance)
 	// 0711: the mapped container root must traverse to its /work source;
 	// nobody may list the directory.
@@ -635,7 +638,11 @@ func (r *Libcontainer) libcontainerConfig(id string, spec *specs.Spec) (*configs
 	// shares (issue #37): live sandboxes, which hold theirs for their
 	// life, were refused past about 100 ("unable to create session key:
 	// disk quota exceeded").
-	config.NoNewKeyring = deniesKeyrings(filter)
+	if shared {
+		config.NoNewKeyring = r.keyringsDenied // the runtime's filter: decided once
+	} else {
+		config.NoNewKeyring = deniesKeyrings(filter)
+	}
 	if shared {
 		r.seccompOnce.Do(func() { r.seccompCfg, r.seccompErr = specconv.SetupSeccomp(filter) })
 		if r.seccompErr != nil {
@@ -804,44 +811,34 @@ func toRlimits(in []specs.POSIXRlimit) ([]configs.Rlimit, error) {
 	return out, nil
 }
 
+// keyringSyscalls are the keyring syscalls.
+var keyringSyscalls = map[string]bool{"add_key": true, "keyctl": true, "request_key": true}
+
 // deniesKeyrings says that filter refuses add_key, keyctl and
-// request_key whatever their arguments.
+// request_key whatever their arguments: each by a rule without
+// arguments, or, by its default action, none being named; a rule that
+// lets one through in any case (allow, log, notify, trace) says no.
 func deniesKeyrings(filter *specs.LinuxSeccomp) bool {
 	if filter == nil {
 		return false
 	}
-	denied := map[string]bool{}
-	for _, sc := range filter.Syscalls {
-		if len(sc.Args) != 0 || sc.Action == specs.ActAllow || sc.Action == specs.ActLog || sc.Action == specs.ActNotify || sc.Action == specs.ActTrace {
-			continue
-		}
-		for _, n := range sc.Names {
-			denied[n] = true
-		}
+	lets := func(a specs.LinuxSeccompAction) bool {
+		return a == specs.ActAllow || a == specs.ActLog || a == specs.ActNotify || a == specs.ActTrace
 	}
+	mentioned, denied := false, map[string]bool{}
 	for _, sc := range filter.Syscalls {
-		// An allow rule for the name (with arguments or not) may let some
-		// call through.
-		if sc.Action == specs.ActAllow {
-			for _, n := range sc.Names {
-				if n == "add_key" || n == "keyctl" || n == "request_key" {
-					return false
-				}
+		for _, n := range sc.Names {
+			if !keyringSyscalls[n] {
+				continue
+			}
+			mentioned = true
+			switch {
+			case lets(sc.Action):
+				return false
+			case len(sc.Args) == 0:
+				denied[n] = true
 			}
 		}
 	}
-	return denied["add_key"] && denied["keyctl"] && denied["request_key"] ||
-		filter.DefaultAction != specs.ActAllow && filter.DefaultAction != specs.ActLog && !mentionsKeyrings(filter)
-}
-
-// mentionsKeyrings says that some rule of filter names a keyring syscall.
-func mentionsKeyrings(filter *specs.LinuxSeccomp) bool {
-	for _, sc := range filter.Syscalls {
-		for _, n := range sc.Names {
-			if n == "add_key" || n == "keyctl" || n == "request_key" {
-				return true
-			}
-		}
-	}
-	return false
+	return len(denied) == len(keyringSyscalls) || !mentioned && !lets(filter.DefaultAction)
 }
