@@ -3,6 +3,7 @@ package e2b
 import (
 	"encoding/base64"
 	"encoding/json"
+	"log/slog"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -542,5 +543,19 @@ func TestConnectNeverShortens(t *testing.T) {
 	e.api("POST", "/v2/sandboxes/"+a.SandboxID+"/connect", map[string]any{"timeout": 3600})
 	if got := end(); time.Until(got) < 3500*time.Second {
 		t.Errorf("a connect with 3600 s: ends in %v", time.Until(got))
+	}
+}
+
+// TestTemplatesFor: E2B's base and code-interpreter-v1 are the workbench
+// (git, node, python's data stack) when it is built, else the defaults.
+func TestTemplatesFor(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	got := TemplatesFor(func(l string) bool { return l == Workbench }, log)
+	if got["base"].Language != Workbench || got["code-interpreter-v1"].Language != Workbench {
+		t.Errorf("with the workbench built: %+v", got)
+	}
+	got = TemplatesFor(func(string) bool { return false }, log)
+	if want := DefaultTemplates(); got["base"].Language != want["base"].Language || got["code-interpreter-v1"].Language != want["code-interpreter-v1"].Language {
+		t.Errorf("without it: %+v, want %+v", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -86,6 +87,28 @@ func DefaultTemplates() map[string]api.SandboxSpec {
 		"base":                {},
 		"code-interpreter-v1": {Language: "python-data"},
 	}
+}
+
+// Workbench is the language E2B's templates map to when it is built:
+// bash with git, node, curl and python with numpy, pandas and matplotlib,
+// what E2B's base and code-interpreter-v1 hold.
+const Workbench = "workbench"
+
+// TemplatesFor maps base and code-interpreter-v1 to the Workbench language
+// when built says its layers are built (E2B users run python3, node and
+// git in a sandbox of either, and the code interpreter's javascript
+// context needs node beside python's data stack); else it is
+// DefaultTemplates, and log says how to get the workbench.
+func TemplatesFor(built func(lang string) bool, log *slog.Logger) map[string]api.SandboxSpec {
+	t := DefaultTemplates()
+	if !built(Workbench) {
+		log.Info("E2B's templates base and code-interpreter-v1 lack git and node here: build them with `sandcell rootfs build workbench`",
+			"base", cmp.Or(t["base"].Language, "the default root"), "code-interpreter-v1", t["code-interpreter-v1"].Language)
+		return t
+	}
+	t["base"] = api.SandboxSpec{Language: Workbench}
+	t["code-interpreter-v1"] = api.SandboxSpec{Language: Workbench}
+	return t
 }
 
 // Handler serves E2B's control plane, envd, the code interpreter and the

@@ -17,6 +17,7 @@ import (
 	"github.com/sandcell/sandcell/api"
 	"github.com/sandcell/sandcell/cmd/internal/config"
 	"github.com/sandcell/sandcell/cmd/internal/metrics"
+	"github.com/sandcell/sandcell/e2b"
 	"github.com/sandcell/sandcell/executor"
 	"github.com/sandcell/sandcell/internal/egress"
 	"github.com/sandcell/sandcell/internal/health"
@@ -188,7 +189,7 @@ func serve(ctx context.Context, env *cliEnv, sc config.Serve) int {
 			}
 			k := e2bKernels(contexts)
 			store := svc.exec.LayerStore
-			tmpl := e2bTemplates(func(lang string) bool {
+			tmpl := e2b.TemplatesFor(func(lang string) bool {
 				l, err := rootfs.Lookup(lang)
 				if err != nil || store == nil {
 					return false

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -113,27 +112,4 @@ func outputOf(ev interp.Event) e2b.Output {
 		return e2b.Output{Type: e2b.OutputError, Name: ev.Error.Name, Value: ev.Error.Value, Traceback: ev.Error.Traceback}
 	}
 	return e2b.Output{Type: e2b.OutputExecutions, ExecutionCount: ev.ExecutionCount}
-}
-
-// e2bWorkbench is the language E2B's templates map to when it is built:
-// bash with git, node, curl and python with numpy, pandas and matplotlib,
-// what E2B's base and code-interpreter-v1 hold.
-const e2bWorkbench = "workbench"
-
-// e2bTemplates maps E2B's templates base and code-interpreter-v1 to the
-// workbench language when its layers are built (E2B users run python3,
-// node and git in a sandbox of either, and the code interpreter's
-// javascript context needs node beside python's data stack); else to
-// e2b.DefaultTemplates (base the default root, code-interpreter-v1
-// python-data), saying how to get the workbench.
-func e2bTemplates(built func(lang string) bool, log *slog.Logger) map[string]api.SandboxSpec {
-	t := e2b.DefaultTemplates()
-	if !built(e2bWorkbench) {
-		log.Info("E2B's templates base and code-interpreter-v1 lack git and node here: build them with `sandcell rootfs build workbench`",
-			"base", cmp.Or(t["base"].Language, "the default root"), "code-interpreter-v1", t["code-interpreter-v1"].Language)
-		return t
-	}
-	t["base"] = api.SandboxSpec{Language: e2bWorkbench}
-	t["code-interpreter-v1"] = api.SandboxSpec{Language: e2bWorkbench}
-	return t
 }

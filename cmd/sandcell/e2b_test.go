@@ -102,17 +102,3 @@ func TestE2BOutputOfCellEvents(t *testing.T) {
 		}
 	}
 }
-
-// TestE2BTemplates: E2B's base and code-interpreter-v1 are the workbench
-// (git, node, python's data stack) when it is built, else the defaults.
-func TestE2BTemplates(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
-	got := e2bTemplates(func(l string) bool { return l == e2bWorkbench }, log)
-	if got["base"].Language != e2bWorkbench || got["code-interpreter-v1"].Language != e2bWorkbench {
-		t.Errorf("with the workbench built: %+v", got)
-	}
-	got = e2bTemplates(func(string) bool { return false }, log)
-	if want := e2b.DefaultTemplates(); got["base"].Language != want["base"].Language || got["code-interpreter-v1"].Language != want["code-interpreter-v1"].Language {
-		t.Errorf("without it: %+v, want %+v", got, want)
-	}
-}
